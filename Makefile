@@ -1,0 +1,55 @@
+# slurmkit: the two commands are `make demo` (the quickstart sweep) and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CLUSTER_DIR ?= /tmp/slurmkit-cluster
+PYTEST_ARGS ?=
+
+.PHONY: install demo test unit cluster-up cluster-down bench sbatch clean
+
+# The venv, with slurmkit editable and pinned dev + CPU torch (torch==2.13.0, from constraints.txt).
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,torch]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# The main job: the quickstart sweep (8 trials) on Slurm when reachable, else on this machine.
+demo: install
+	$(VENV)/bin/slurmkit sweep sweeps/quickstart.yaml
+	$(VENV)/bin/slurmkit results $$(ls -dt runs/quickstart-* | head -n 1) --sort loss
+
+# Unit tests + integration tests on a real 4-node Slurm cluster started (and stopped) here.
+test: install
+	@set -o pipefail; rc=0; \
+	bash tests/cluster/up.sh >/tmp/slurmkit-cluster-up.log 2>&1; up=$$?; \
+	if [ $$up -eq 0 ]; then export SLURM_CONF=$(CLUSTER_DIR)/slurm.conf; \
+	else echo "test cluster did not start (code $$up): $$(tail -n 3 /tmp/slurmkit-cluster-up.log)"; fi; \
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$up -eq 0 ]; then bash tests/cluster/down.sh >/dev/null 2>&1 || true; fi; \
+	exit $$rc
+
+unit: install
+	$(PY) -m pytest -q -m "not cluster" $(PYTEST_ARGS)
+
+cluster-up:
+	bash tests/cluster/up.sh
+
+cluster-down:
+	bash tests/cluster/down.sh
+
+bench: install
+	$(PY) bench/run.py
+
+# Regenerate the ready-to-submit scripts under sbatch/ from sweeps/*.yaml.
+sbatch: install
+	@for f in sweeps/*.yaml; do \
+	  n=$$(basename $$f .yaml); \
+	  $(VENV)/bin/slurmkit sweep $$f --dry-run --plain > sbatch/$$n.sbatch || exit 1; \
+	  echo "sbatch/$$n.sbatch"; \
+	done
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,32 @@
+"""slurmkit: sweeps, container jobs and resumable checkpoints for Slurm GPU clusters.
+
+Imports stay light: the login-node API (:mod:`slurmkit.sweep`, :mod:`slurmkit.status`) and
+the in-job runtime (:mod:`slurmkit.runtime`) load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "report": ("slurmkit.runtime.report", "report"),
+    "params": ("slurmkit.runtime.report", "params"),
+    "load": ("slurmkit.spec", "load"),
+    "submit": ("slurmkit.sweep", "submit"),
+    "resume": ("slurmkit.sweep", "resume"),
+    "status": ("slurmkit.status", "collect"),
+    "UserError": ("slurmkit.errors", "UserError"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'slurmkit' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Where trials run: :mod:`.slurm` (sbatch/squeue/sacct/scancel) and :mod:`.local`."""

@@ -1,0 +1,140 @@
+"""The Slurm backend over its command-line tools (sbatch, squeue, sacct, scancel, scontrol).
+
+Every query is ONE call for the whole sweep, whatever its size.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from ..errors import SchedulerError, UserError
+
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """What the scheduler says about one array task."""
+
+    state: str          # Slurm's state word, e.g. PENDING, RUNNING, COMPLETED, CANCELLED
+    reason: str = ""
+    exit_code: int | None = None
+
+
+def available() -> bool:
+    """``sbatch`` is on PATH."""
+    return shutil.which("sbatch") is not None
+
+
+def _run(argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SchedulerError(f"{argv[0]} not found on PATH",
+                             hint="run on a Slurm login node, or use --backend local") from None
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s",
+                             hint="is slurmctld up? try: scontrol ping") from None
+
+
+def config() -> dict[str, str]:
+    """``scontrol show config`` as a dict; SchedulerError when no controller answers."""
+    proc = _run(["scontrol", "show", "config"], timeout=30)
+    if proc.returncode != 0:
+        raise SchedulerError(f"cannot reach the Slurm controller: {_first(proc.stderr)}",
+                             hint="check SLURM_CONF and `scontrol ping`, or use --backend local")
+    out = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def max_array_size(cfg: dict[str, str]) -> int:
+    """The cluster's MaxArraySize: array task ids must stay below it."""
+    try:
+        return int(cfg.get("MaxArraySize", DEFAULT_MAX_ARRAY_SIZE))
+    except ValueError:
+        return DEFAULT_MAX_ARRAY_SIZE
+
+
+def partitions() -> list[str]:
+    proc = _run(["sinfo", "--noheader", "--format=%R"], timeout=30)
+    return sorted(set(proc.stdout.split())) if proc.returncode == 0 else []
+
+
+def sbatch(script: str, *, dependency: str | None = None) -> str:
+    """Submit ``script`` (a path); return the job id. Slurm's refusal becomes a clear error."""
+    argv = ["sbatch", "--parsable"]
+    if dependency:
+        argv.append(f"--dependency={dependency}")
+    proc = _run([*argv, script])
+    if proc.returncode != 0:
+        message = _first(proc.stderr, all_lines=True) or f"sbatch exited {proc.returncode}"
+        if "partition" in message.lower():
+            names = partitions()
+            err = UserError(f"Slurm refused the job: {message}", key="resources.partition",
+                            hint=f"partitions on this cluster: {', '.join(names) or '(none found)'}")
+        else:
+            err = SchedulerError(f"Slurm refused the job: {message}")
+        raise err
+    return proc.stdout.strip().split(";")[0]
+
+
+def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
+    """``{(array_job_id, task_id): TaskState}`` for every task of the given arrays.
+
+    One ``squeue`` call (it keeps finished jobs for MinJobAge); jobs it no longer knows are
+    looked up with one ``sacct`` call when accounting is enabled.
+    """
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(ids)}",
+                 "--format=%F|%K|%T|%r"])
+    out: dict[tuple[str, int], TaskState] = {}
+    if proc.returncode == 0:
+        for line in proc.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 4 and parts[1].isdigit():
+                out[(parts[0], int(parts[1]))] = TaskState(parts[2], parts[3])
+    missing = [j for j in ids if not any(k[0] == j for k in out)]
+    if missing:
+        out.update(_sacct(missing))
+    return out
+
+
+def _sacct(ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+    if shutil.which("sacct") is None:
+        return {}
+    proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(ids)}",
+                 "--format=JobID,State,ExitCode"])
+    out: dict[tuple[str, int], TaskState] = {}
+    if proc.returncode != 0:
+        return out
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^(\d+)_(\d+)\|([^|]*)\|(\d+):(\d+)$", line.strip())
+        if m:
+            out[(m[1], int(m[2]))] = TaskState(m[3].split()[0], "", int(m[4]))
+    return out
+
+
+def cancel(job_ids: Iterable[str]) -> None:
+    """Cancel whole arrays, one ``scancel`` call."""
+    ids = sorted(set(job_ids))
+    if ids:
+        proc = _run(["scancel", *ids])
+        if proc.returncode != 0:
+            raise SchedulerError(f"scancel failed: {_first(proc.stderr)}")
+
+
+def _first(text: str, all_lines: bool = False) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return "; ".join(lines) if all_lines else lines[0]

@@ -1,0 +1,228 @@
+"""The ``slurmkit`` command: thin click commands over the library; heavy imports inside them.
+
+Exit codes: 0 ok, 1 failed (a trial, the scheduler), 2 usage error (bad spec or arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, NoReturn
+
+import click
+
+from . import __version__
+
+BACKEND = click.Choice(["auto", "slurm", "local"])
+
+
+def _fail(exc: Exception) -> NoReturn:
+    click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
+    sys.exit(getattr(exc, "exit_code", 1))
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a UserError into a message and its exit code (no traceback)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .errors import UserError
+
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            _fail(exc)
+
+    return wrapper
+
+
+def _emit_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurmkit")
+def main() -> None:
+    """Sweeps, container jobs and resumable work on Slurm clusters (and on this machine).
+
+    \b
+      slurmkit sweep sweeps/quickstart.yaml        run a sweep (Slurm if reachable, else local)
+      slurmkit status runs/quickstart-2026...      where every trial stands
+      slurmkit results runs/quickstart-... --sort loss
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...")
+@click.option("--resume", "resume_dir", metavar="DIR",
+              help="Submit again the trials of DIR that did not complete (ARGS are overrides).")
+@click.option("--backend", type=BACKEND, default="auto", show_default=True,
+              help="Where trials run; auto = Slurm when a controller answers, else local.")
+@click.option("--sweep-dir", metavar="DIR", help="Sweep directory (default OUTPUT_ROOT/NAME-TIME).")
+@click.option("--dry-run", is_flag=True, help="Print the batch script(s); create and submit nothing.")
+@click.option("--plain", is_flag=True,
+              help="With --dry-run: render a self-contained script for plain sbatch.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@_guard
+def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir: str | None,
+          dry_run: bool, plain: bool, as_json: bool) -> None:
+    """Expand SPEC (YAML) into trials and run them as one Slurm job array.
+
+    OVERRIDES use Hydra's syntax and may sweep parameters.
+
+    \b
+    Examples:
+      slurmkit sweep sweeps/lr.yaml
+      slurmkit sweep sweeps/lr.yaml params.lr=0.1,0.01 'params.layers=range(1,4)'
+      slurmkit sweep sweeps/lr.yaml resources.time=2:00:00 resources.partition=gpu
+      slurmkit sweep sweeps/lr.yaml --dry-run
+      slurmkit sweep --resume runs/lr-20261130-101500 resources.time=4:00:00
+    """
+    from . import sweep as lib
+    from . import ui
+
+    if resume_dir is None and not args:
+        raise click.UsageError("give a SPEC file, or --resume DIR")
+    if plain:
+        if not dry_run or resume_dir:
+            raise click.UsageError("--plain only goes with --dry-run and a SPEC")
+        from .spec import load
+
+        click.echo(lib.render_plain(load(args[0], args[1:]), args[0]), nl=False)
+        return
+    reporter = ui.Reporter(quiet=as_json)
+    if resume_dir is not None:
+        result = lib.resume(resume_dir, args, backend=None if backend == "auto" else backend,
+                            dry_run=dry_run, on_done=reporter.trial_done,
+                            on_target=reporter.start)
+    else:
+        from .spec import load
+
+        result = lib.submit(load(args[0], args[1:]), backend=backend, sweep_dir=sweep_dir,
+                            dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
+    reporter.stop()
+    if as_json:
+        _emit_json(result.as_dict())
+    elif dry_run:
+        for text in result.scripts:
+            click.echo(text)
+        ui.note(f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
+                f"for {result.sweep_dir}; nothing was created or submitted")
+    else:
+        ui.print_submission(result)
+    if any(code != 0 for code in result.exit_codes.values()):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("sweep_dir", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True, help="Print every trial as JSON.")
+@click.option("--watch", is_flag=True, help="Refresh until every trial has finished.")
+@click.option("--interval", default=5.0, show_default=True, help="Seconds between refreshes.")
+@click.option("--all", "show_all", is_flag=True, help="List every trial (default: 25 rows).")
+@_guard
+def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all: bool) -> None:
+    """Counts per state and a table of trials (one scheduler query for the whole sweep).
+
+    Exits 1 when a trial has failed, been cancelled or timed out, else 0.
+
+    \b
+    Examples:
+      slurmkit status runs/lr-20261130-101500
+      slurmkit status runs/lr-20261130-101500 --watch
+      slurmkit status runs/lr-20261130-101500 --json | jq .counts
+    """
+    from . import ui
+    from .status import collect
+
+    if watch:
+        current = ui.watch(lambda: collect(sweep_dir), interval, show_all)
+    else:
+        current = collect(sweep_dir)
+        if as_json:
+            _emit_json(current.as_dict())
+        else:
+            ui.print_status(current, show_all)
+    if watch and as_json:
+        _emit_json(current.as_dict())
+    bad = [t for t in current.trials if t.state not in ("COMPLETED", "RUNNING", "PENDING",
+                                                        "REQUEUED", "NOT_SUBMITTED")]
+    sys.exit(1 if bad else 0)
+
+
+@main.command()
+@click.argument("sweep_dir", metavar="DIR")
+@click.option("--sort", "sort_key", metavar="METRIC", help="Sort by this metric (or parameter).")
+@click.option("--desc", is_flag=True, help="Largest first.")
+@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print rows as CSV.")
+@click.option("--limit", type=int, default=None, help="Show at most this many rows.")
+@_guard
+def results(sweep_dir: str, sort_key: str | None, desc: bool, as_json: bool, as_csv: bool,
+            limit: int | None) -> None:
+    """Parameters and reported metrics of every trial.
+
+    \b
+    Examples:
+      slurmkit results runs/lr-20261130-101500 --sort loss
+      slurmkit results runs/lr-20261130-101500 --sort acc --desc --limit 5
+      slurmkit results runs/lr-20261130-101500 --csv > results.csv
+    """
+    from . import ui
+    from .steer import results_table
+
+    rows, columns = results_table(sweep_dir, sort_key, desc)
+    rows = rows[:limit] if limit is not None else rows
+    if as_json:
+        _emit_json(rows)
+    elif as_csv:
+        ui.print_csv(rows, columns)
+    else:
+        ui.print_results(rows, columns)
+
+
+@main.command()
+@click.argument("sweep_dir", metavar="DIR")
+@click.argument("trial", metavar="TRIAL")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until it ends.")
+@click.option("--slurm", "slurm_log", is_flag=True, help="Show Slurm's own log of the task.")
+@_guard
+def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
+    """Print a trial's output (TRIAL: its index or a prefix of its id).
+
+    \b
+    Examples:
+      slurmkit logs runs/lr-20261130-101500 3
+      slurmkit logs runs/lr-20261130-101500 9f2c1a -f
+    """
+    from .steer import log_path
+
+    path = log_path(sweep_dir, trial, slurm_log)
+    from . import ui
+
+    ui.print_file(path, follow)
+
+
+@main.command()
+@click.argument("sweep_dir", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True, help="Print what was cancelled as JSON.")
+@_guard
+def cancel(sweep_dir: str, as_json: bool) -> None:
+    """Cancel every queued and running trial of the sweep (one scancel call).
+
+    \b
+    Example:
+      slurmkit cancel runs/lr-20261130-101500
+    """
+    from .steer import cancel as do_cancel
+
+    done = do_cancel(sweep_dir)
+    if as_json:
+        _emit_json(done)
+    else:
+        click.echo(f"cancelled: {', '.join(done['jobs']) or 'nothing to cancel'}")
+
+
+if __name__ == "__main__":
+    main()

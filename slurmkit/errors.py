@@ -1,0 +1,35 @@
+"""The one exception type for user mistakes: the CLI prints it without a traceback."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in the user's input or environment, reported as ``file: key: message (hint)``.
+
+    ``exit_code`` is 2 for bad input (usage) and 1 for a failure the user must look into.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.key = key
+        self.hint = hint
+
+    def __str__(self) -> str:
+        where = ": ".join(str(p) for p in (self.file, self.key) if p)
+        text = f"{where}: {self.message}" if where else self.message
+        return f"{text}\n  hint: {self.hint}" if self.hint else text
+
+
+class SpecError(UserError):
+    """The sweep or job spec (file or overrides) is invalid."""
+
+
+class SchedulerError(UserError):
+    """The scheduler refused a request (its own message is relayed)."""
+
+    exit_code = 1

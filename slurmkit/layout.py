@@ -1,0 +1,84 @@
+"""Where things live in a sweep directory (stdlib only: used inside jobs too).
+
+::
+
+    SWEEP_DIR/
+      sweep.json            resolved spec, machine form (the runtime reads this)
+      spec.yaml             resolved spec, human form
+      trials.jsonl          manifest: one {"index", "id", "params"} per line
+      submissions/NNNN.json one per submission: backend, job ids, array specs, indices
+      scripts/NNNN-C.sbatch the rendered batch script of submission NNNN, array chunk C
+      logs/                 Slurm's own output per array task (%A_%a.out)
+      trials/ID/            status.json, metrics.json, metrics.jsonl, output.log
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+
+@dataclass(frozen=True)
+class SweepDir:
+    """Paths inside one sweep directory."""
+
+    root: str
+
+    @property
+    def sweep_json(self) -> str:
+        return os.path.join(self.root, "sweep.json")
+
+    @property
+    def spec_yaml(self) -> str:
+        return os.path.join(self.root, "spec.yaml")
+
+    @property
+    def manifest(self) -> str:
+        return os.path.join(self.root, "trials.jsonl")
+
+    @property
+    def submissions(self) -> str:
+        return os.path.join(self.root, "submissions")
+
+    @property
+    def scripts(self) -> str:
+        return os.path.join(self.root, "scripts")
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.root, "logs")
+
+    @property
+    def trials(self) -> str:
+        return os.path.join(self.root, "trials")
+
+    def trial(self, trial_id: str) -> str:
+        return os.path.join(self.root, "trials", trial_id)
+
+    def status(self, trial_id: str) -> str:
+        return os.path.join(self.trial(trial_id), "status.json")
+
+    def metrics(self, trial_id: str) -> str:
+        return os.path.join(self.trial(trial_id), "metrics.json")
+
+    def output(self, trial_id: str) -> str:
+        return os.path.join(self.trial(trial_id), "output.log")
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.manifest) and os.path.isfile(self.sweep_json)
+
+    def iter_manifest(self) -> Iterator[dict[str, Any]]:
+        """Yield manifest rows in index order."""
+        with open(self.manifest, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    yield json.loads(line)
+
+    def manifest_row(self, index: int) -> dict[str, Any]:
+        """The manifest row of trial ``index`` (a scan: rows are short and read once per task)."""
+        for row in self.iter_manifest():
+            if row["index"] == index:
+                return row
+        raise LookupError(f"{self.manifest}: no trial with index {index}")

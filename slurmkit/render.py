@@ -1,0 +1,54 @@
+"""The one renderer of batch scripts. Trial parameters never enter the script text: each array
+task reads its row from the sweep directory through ``python -m slurmkit.runtime``."""
+
+from __future__ import annotations
+
+import shlex
+
+from . import __version__
+from .plan import Chunk
+from .spec import SweepSpec
+
+PLAIN_PYTHON = "python3"
+
+
+def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python: str,
+                 spec_path: str | None = None) -> str:
+    """The ``sbatch`` script for one array chunk of a sweep.
+
+    ``sweep_dir`` is the prepared sweep directory (absolute). With ``sweep_dir=None`` the script
+    is self-contained for plain ``sbatch``: the first task builds ``OUTPUT_ROOT/NAME/ARRAYJOBID``
+    from ``spec_path`` (relative to the submit directory).
+    """
+    q = shlex.quote
+    if sweep_dir is None:
+        if spec_path is None:
+            raise ValueError("a plain-sbatch script needs spec_path")
+        output = f"{spec.name}-%A_%a.out"
+        sweep_line = (f"export SLURMKIT_SWEEP_DIR=${{SLURMKIT_SWEEP_DIR:-{q(spec.output_root)}/"
+                      f"{q(spec.name)}/sbatch-$SLURM_ARRAY_JOB_ID}}")
+        runtime_args = f"--offset {chunk.offset} --spec {q(spec_path)}"
+    else:
+        output = f"{sweep_dir}/logs/%A_%a.out"
+        sweep_line = f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}"
+        runtime_args = f"--offset {chunk.offset}"
+    sbatch = [
+        f"--job-name={spec.name}",
+        f"--array={chunk.array_spec(spec.max_parallel)}",
+        f"--output={output}",
+        "--open-mode=append",
+        *spec.resources.sbatch_options(),
+    ]
+    lines = [
+        "#!/bin/bash",
+        f"# Rendered by slurmkit {__version__}: sweep {spec.name!r}, "
+        f"{len(chunk.indices)} trials from index {chunk.indices[0]}.",
+        "# Parameters live in the sweep directory (trials.jsonl), never in this script.",
+        *(f"#SBATCH {opt}" for opt in sbatch),
+        "set -eu",
+        sweep_line,
+        f"PY=${{SLURMKIT_PYTHON:-{q(python)}}}",
+        f'exec "$PY" -m slurmkit.runtime task {runtime_args}',
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""``python -m slurmkit.runtime task``: what each array task of a rendered script runs.
+
+Exit codes: the trial command's own (0 = COMPLETED); 128+N when it died of signal N;
+2 when the task cannot find its trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from ..layout import SweepDir
+from .trial import TrialRun
+
+
+def _task(args: argparse.Namespace) -> int:
+    root = os.environ.get("SLURMKIT_SWEEP_DIR")
+    task_id = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if not root or task_id is None:
+        print("slurmkit.runtime: SLURMKIT_SWEEP_DIR and SLURM_ARRAY_TASK_ID must be set",
+              file=sys.stderr)
+        return 2
+    sweep = SweepDir(os.path.abspath(root))
+    if args.spec and not sweep.exists():
+        from ..store import init_from_spec  # login-node code, only for plain-sbatch scripts
+
+        init_from_spec(args.spec, sweep.root)
+    index = args.offset + int(task_id)
+    try:
+        run = TrialRun(sweep, index)
+    except (OSError, LookupError) as exc:
+        print(f"slurmkit.runtime: {exc}", file=sys.stderr)
+        return 2
+    if run.already_completed():
+        print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
+        return 0
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda s, _f: run.terminate(s))
+    run.start()
+    return run.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slurmkit.runtime")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    task = sub.add_parser("task", help="run the trial of this array task")
+    task.add_argument("--offset", type=int, default=0, help="trial index of array task 0")
+    task.add_argument("--spec", help="build the sweep directory from this spec if missing")
+    args = parser.parse_args(argv)
+    return _task(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

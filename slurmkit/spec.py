@@ -1,0 +1,407 @@
+"""Sweep specs: YAML file + Hydra-style overrides -> validated dataclasses.
+
+The search space lives under ``params``. A YAML list is a grid of literal values; a string is
+read with Hydra's override grammar (``0.1,0.01``, ``range(1,5)``, ``choice(a,b)``, or our
+``uniform``/``loguniform``/``randint`` for random search); any other scalar is a fixed value;
+nested mappings become dotted keys (``optim: {lr: ...}`` is ``optim.lr``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+from . import slurmtime
+from .errors import SpecError
+from .overrides import Distribution, OverrideError, Sweep, format_value, parse_override, parse_value
+
+ARG_STYLES = ("hydra", "argparse", "none")
+TOP_KEYS = ("name", "command", "args", "params", "num_samples", "seed", "resources",
+            "max_parallel", "output_root", "env", "workdir")
+RESOURCE_KEYS = ("partition", "time", "nodes", "cpus", "gpus", "mem", "account", "qos",
+                 "constraint", "extra")
+CLI = "command line"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,:|&!*()\[\]+=@/-]+$")
+_MEM = re.compile(r"^\d+[KMGT]?$")
+_GPUS = re.compile(r"^(\d+|[A-Za-z0-9_.-]+:\d+)$")
+_OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
+_ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Options slurmkit renders itself: setting them through `extra` would break the sweep.
+_RESERVED = {"array", "output", "error", "open-mode", "job-name", "parsable", "wrap", "chdir"}
+
+Domain = Any  # a fixed value, a Sweep, or a Distribution
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What every trial asks Slurm for (per array task)."""
+
+    partition: str | None = None
+    time: str | None = None
+    nodes: int = 1
+    cpus: int = 1
+    gpus: int | str | None = None
+    mem: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    extra: dict[str, str | int | bool] = field(default_factory=dict)
+
+    def sbatch_options(self) -> list[str]:
+        """``--key=value`` options, in a stable order (values are validated: no whitespace)."""
+        opts = []
+        for key, flag in (("partition", "partition"), ("time", "time"), ("nodes", "nodes"),
+                          ("cpus", "cpus-per-task"), ("gpus", "gpus-per-node"), ("mem", "mem"),
+                          ("account", "account"), ("qos", "qos"), ("constraint", "constraint")):
+            value = getattr(self, key)
+            if value is not None:
+                opts.append(f"--{flag}={value}")
+        for key, value in self.extra.items():
+            if value is True:
+                opts.append(f"--{key}")
+            elif value is not False:
+                opts.append(f"--{key}={value}")
+        return opts
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep."""
+
+    name: str
+    command: tuple[str, ...]
+    params: dict[str, Domain]
+    resources: Resources = field(default_factory=Resources)
+    args: str = "hydra"
+    num_samples: int = 1
+    seed: int = 0
+    max_parallel: int | None = None
+    output_root: str = "runs"
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    source: str = CLI
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict that :func:`from_dict` reads back to an equal spec (params canonical)."""
+        data = asdict(self)
+        data.pop("source")
+        data["command"] = list(self.command)
+        data["params"] = {k: canonical_domain(v) for k, v in self.params.items()}
+        return data
+
+
+def canonical_domain(domain: Domain) -> Any:
+    """The YAML form that parses back to ``domain``: a list for grids, a string for randoms."""
+    if isinstance(domain, Distribution):
+        return f"{domain.name}({format_value(domain.low)}, {format_value(domain.high)})"
+    if isinstance(domain, Sweep):
+        return list(domain.values)
+    return [domain]
+
+
+def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read ``path`` (YAML), apply Hydra-style ``overrides`` and validate."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    import yaml
+
+    if not os.path.isfile(path):
+        raise SpecError("no such file", file=path)
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed YAML: {exc}".replace("\n", " "), file=path) from None
+    except OmegaConfBaseException as exc:
+        raise SpecError(str(exc).splitlines()[0], file=path) from None
+    if not OmegaConf.is_dict(cfg):
+        raise SpecError("the top level must be a mapping of keys", file=path,
+                        hint=f"allowed keys: {', '.join(TOP_KEYS)}")
+    parsed = [_parse_cli(text) for text in overrides]
+    for ov in parsed:
+        if ov.key.split(".")[0] == "params":
+            continue
+        if isinstance(ov.value, (Sweep, Distribution)):
+            raise SpecError("only params.* can be swept", file=CLI, key=ov.key)
+        try:
+            if ov.prefix == "~":
+                _delete(cfg, ov.key)
+            else:
+                OmegaConf.update(cfg, ov.key, ov.value, force_add=True, merge=False)
+        except OmegaConfBaseException as exc:
+            raise SpecError(str(exc).splitlines()[0], file=CLI, key=ov.key) from None
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
+    params = _param_space(data.get("params"), path)
+    for ov in parsed:
+        if ov.key.split(".")[0] != "params":
+            continue
+        sub = ov.key[len("params."):]
+        if not sub:
+            raise SpecError("name a parameter: params.NAME=VALUES", file=CLI, key=ov.key)
+        if ov.prefix == "~":
+            if sub not in params:
+                raise SpecError("no such parameter to delete", file=CLI, key=ov.key)
+            del params[sub]
+        else:
+            params[sub] = _single(ov.value)
+    data["params"] = params
+    return validate(data, path)
+
+
+def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
+    """Validate a plain dict (as written by :meth:`SweepSpec.to_dict`)."""
+    data = dict(data)
+    data["params"] = _param_space(data.get("params"), source)
+    return validate(data, source)
+
+
+def _parse_cli(text: str):
+    try:
+        return parse_override(text)
+    except OverrideError as exc:
+        raise SpecError(str(exc), file=CLI, hint="overrides look like key=value, "
+                        "params.lr=0.1,0.01 or params.n='range(1,5)'") from None
+
+
+def _delete(cfg: Any, key: str) -> None:
+    parent, _, leaf = key.rpartition(".")
+    from omegaconf import OmegaConf
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if node is None or leaf not in node:
+        raise SpecError("no such key to delete", file=CLI, key=key)
+    del node[leaf]
+
+
+def _single(domain: Domain) -> Domain:
+    """A sweep of exactly one value is that fixed value."""
+    return domain.values[0] if isinstance(domain, Sweep) and len(domain.values) == 1 else domain
+
+
+def _param_space(raw: Any, source: str, prefix: str = "params") -> dict[str, Domain]:
+    """Flatten ``params`` into ``{dotted_key: domain}``."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError("must be a mapping of parameter names to values", file=source, key=prefix)
+    space: dict[str, Domain] = {}
+    for key, value in raw.items():
+        key = str(key)
+        full = f"{prefix}.{key}"
+        if not key or key.startswith(".") or key.endswith("."):
+            raise SpecError("empty parameter name", file=source, key=full)
+        if isinstance(value, Mapping):
+            for sub, dom in _param_space(value, source, full).items():
+                space[f"{key}.{sub}"] = dom
+        elif isinstance(value, list):
+            space[key] = _single(Sweep(tuple(value)))
+        elif isinstance(value, str):
+            try:
+                space[key] = _single(parse_value(value))
+            except OverrideError as exc:
+                raise SpecError(f"cannot read {value!r}: {exc}", file=source, key=full,
+                                hint="quote a literal string inside the YAML string: \"'text'\", "
+                                "or put it in a list: [text]") from None
+        else:
+            space[key] = value
+    return space
+
+
+def validate(data: Mapping[str, Any], source: str) -> SweepSpec:
+    """Check every key and type; raise SpecError naming the file and key."""
+    unknown = [k for k in data if k not in TOP_KEYS]
+    if unknown:
+        raise SpecError(f"unknown key {unknown[0]!r}", file=source, key=unknown[0],
+                        hint=f"allowed keys: {', '.join(TOP_KEYS)}")
+    name = _typed(data, "name", str, source, default=os.path.splitext(os.path.basename(source))[0])
+    if not _NAME.match(name):
+        raise SpecError(f"{name!r} is not a valid name", file=source, key="name",
+                        hint="letters, digits, '_', '.', '-'; starting with a letter or digit")
+    command = _command(data.get("command"), source)
+    args = _typed(data, "args", str, source, default="hydra")
+    if args not in ARG_STYLES:
+        raise SpecError(f"{args!r} is not allowed", file=source, key="args",
+                        hint=f"allowed values: {', '.join(ARG_STYLES)}")
+    params: dict[str, Domain] = data.get("params") or {}
+    if not params:
+        raise SpecError("empty search space: no parameters", file=source, key="params",
+                        hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}")
+    for key, dom in params.items():
+        if isinstance(dom, Sweep) and not dom.values:
+            raise SpecError("empty search space: no values", file=source, key=f"params.{key}")
+    num_samples = _positive(data, "num_samples", source, default=1)
+    if num_samples > 1 and not any(isinstance(d, Distribution) for d in params.values()):
+        raise SpecError("num_samples > 1 needs a random parameter", file=source, key="num_samples",
+                        hint="use uniform(a,b), loguniform(a,b) or randint(a,b) in params")
+    seed = _typed(data, "seed", int, source, default=0)
+    max_parallel = data.get("max_parallel")
+    if max_parallel is not None:
+        max_parallel = _positive(data, "max_parallel", source, default=None)
+    output_root = _typed(data, "output_root", str, source, default="runs")
+    if not output_root or re.search(r"[\s\"'%\\]", output_root):
+        raise SpecError(f"{output_root!r} is not a usable directory", file=source, key="output_root",
+                        hint="a path without whitespace, quotes, '%' or backslashes")
+    workdir = data.get("workdir")
+    if workdir is not None:
+        workdir = _typed(data, "workdir", str, source, default=None)
+    return SweepSpec(
+        name=name, command=command, params=dict(params), args=args, num_samples=num_samples,
+        seed=seed, max_parallel=max_parallel, output_root=output_root,
+        resources=_resources(data.get("resources"), source), env=_env(data.get("env"), source),
+        workdir=workdir, source=source,
+    )
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, source: str, *, default: Any,
+           prefix: str = "") -> Any:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise SpecError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
+                        file=source, key=prefix + key)
+    return value
+
+
+def _positive(data: Mapping[str, Any], key: str, source: str, *, default: Any,
+              prefix: str = "") -> Any:
+    value = _typed(data, key, int, source, default=default, prefix=prefix)
+    if value is not None and value < 1:
+        raise SpecError(f"must be at least 1, got {value}", file=source, key=prefix + key)
+    return value
+
+
+def _command(raw: Any, source: str) -> tuple[str, ...]:
+    import shlex
+
+    if isinstance(raw, str):
+        try:
+            argv = shlex.split(raw)
+        except ValueError as exc:
+            raise SpecError(f"cannot split: {exc}", file=source, key="command") from None
+    elif isinstance(raw, list) and all(isinstance(a, (str, int, float)) for a in raw):
+        argv = [str(a) for a in raw]
+    else:
+        raise SpecError("required: the trial's program and arguments (a string or a list)",
+                        file=source, key="command", hint="command: python train.py --epochs 3")
+    if not argv:
+        raise SpecError("is empty", file=source, key="command")
+    return tuple(argv)
+
+
+def _env(raw: Any, source: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError("must be a mapping of variable names to values", file=source, key="env")
+    env = {}
+    for key, value in raw.items():
+        if not _ENV.match(str(key)):
+            raise SpecError("not a valid environment variable name", file=source, key=f"env.{key}")
+        if isinstance(value, (dict, list)) or value is None:
+            raise SpecError("must be a string or number", file=source, key=f"env.{key}")
+        env[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
+
+
+def _resources(raw: Any, source: str) -> Resources:
+    if raw is None:
+        return Resources()
+    if not isinstance(raw, Mapping):
+        raise SpecError("must be a mapping", file=source, key="resources",
+                        hint=f"allowed keys: {', '.join(RESOURCE_KEYS)}")
+    unknown = [k for k in raw if k not in RESOURCE_KEYS]
+    if unknown:
+        raise SpecError(f"unknown key {unknown[0]!r}", file=source, key=f"resources.{unknown[0]}",
+                        hint=f"allowed keys: {', '.join(RESOURCE_KEYS)}")
+    p = "resources."
+    words = {}
+    for key in ("partition", "account", "qos", "constraint"):
+        value = _typed(raw, key, str, source, default=None, prefix=p)
+        if value is not None and not _SLURM_WORD.match(value):
+            raise SpecError(f"{value!r} has characters Slurm does not accept here", file=source,
+                            key=p + key, hint="no whitespace or quotes")
+        words[key] = value
+    time = raw.get("time")
+    if time is not None:
+        time = str(time) if isinstance(time, int) and not isinstance(time, bool) else time
+        if not isinstance(time, str):
+            raise SpecError(f"expected a Slurm time string, got {time!r}", file=source, key=p + "time",
+                            hint=f"accepted forms: {slurmtime.ACCEPTED}")
+        try:
+            slurmtime.parse_seconds(time)
+        except ValueError as exc:
+            raise SpecError(str(exc), file=source, key=p + "time",
+                            hint=f"accepted forms: {slurmtime.ACCEPTED}; e.g. 2:00:00") from None
+    mem = raw.get("mem")
+    if mem is not None:
+        mem = str(mem)
+        if not _MEM.match(mem):
+            raise SpecError(f"{mem!r} is not a memory size", file=source, key=p + "mem",
+                            hint="a number with an optional unit K, M, G or T, e.g. 16G")
+    gpus = raw.get("gpus")
+    if gpus is not None:
+        if isinstance(gpus, bool) or not isinstance(gpus, (int, str)) or not _GPUS.match(str(gpus)):
+            raise SpecError(f"{gpus!r} is not a GPU count", file=source, key=p + "gpus",
+                            hint="a count per node (8) or TYPE:COUNT (h100:8)")
+        if gpus == 0:
+            gpus = None
+    return Resources(
+        time=time, mem=mem, gpus=gpus,
+        nodes=_positive(raw, "nodes", source, default=1, prefix=p),
+        cpus=_positive(raw, "cpus", source, default=1, prefix=p),
+        extra=_extra(raw.get("extra"), source), **words,
+    )
+
+
+def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError("must be a mapping of sbatch option names to values", file=source,
+                        key="resources.extra", hint="extra: {exclusive: true, comment: run42}")
+    extra: dict[str, str | int | bool] = {}
+    for key, value in raw.items():
+        key = str(key).lstrip("-")
+        full = f"resources.extra.{key}"
+        if not _OPTION.match(key):
+            raise SpecError("not an sbatch long option name", file=source, key=full)
+        if key in _RESERVED:
+            raise SpecError("slurmkit sets this option itself", file=source, key=full)
+        if isinstance(value, (dict, list)) or value is None:
+            raise SpecError("must be a string, number or true/false", file=source, key=full)
+        if not isinstance(value, bool) and not _SLURM_WORD.match(str(value)):
+            raise SpecError(f"{value!r} has characters slurmkit will not put in a batch script",
+                            file=source, key=full, hint="no whitespace, quotes or '$'")
+        extra[key] = value
+    return extra
+
+
+RESUMABLE = ("resources", "max_parallel", "env")
+
+
+def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) -> SweepSpec:
+    """The spec of an existing sweep (``sweep.json``) with ``overrides`` of ``RESUMABLE`` keys."""
+    data = copy.deepcopy({k: v for k, v in config.items() if k in TOP_KEYS})
+    for text in overrides:
+        ov = _parse_cli(text)
+        parts = ov.key.split(".")
+        if parts[0] not in RESUMABLE or isinstance(ov.value, (Sweep, Distribution)):
+            raise SpecError("cannot change this when resuming (the trials are fixed)", file=CLI,
+                            key=ov.key, hint=f"keys that may change: {', '.join(RESUMABLE)}")
+        node: dict[str, Any] = data
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        if ov.prefix == "~":
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = ov.value
+    return from_dict(data, source)

@@ -1,0 +1,39 @@
+"""Trial states and how Slurm's job states map onto them (stdlib only)."""
+
+from __future__ import annotations
+
+PENDING = "PENDING"            # submitted, not started
+RUNNING = "RUNNING"
+COMPLETED = "COMPLETED"        # the command exited 0
+FAILED = "FAILED"              # the command exited non-zero
+TERMINATED = "TERMINATED"      # stopped by a signal (cancel, time limit, preemption, node loss)
+CANCELLED = "CANCELLED"
+TIMEOUT = "TIMEOUT"
+PREEMPTED = "PREEMPTED"
+NODE_FAIL = "NODE_FAIL"
+REQUEUED = "REQUEUED"
+UNKNOWN = "UNKNOWN"            # submitted, but the scheduler no longer knows it and it left no status
+NOT_SUBMITTED = "NOT_SUBMITTED"
+
+ORDER = (COMPLETED, RUNNING, PENDING, REQUEUED, FAILED, TIMEOUT, CANCELLED, PREEMPTED, NODE_FAIL,
+         TERMINATED, UNKNOWN, NOT_SUBMITTED)
+FINAL = {COMPLETED, FAILED, TERMINATED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, UNKNOWN}
+SUCCESS = {COMPLETED}
+
+# Slurm job states (squeue %T, sacct State) that mean "still in the scheduler's hands".
+SLURM_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+_SLURM_FINAL = {"COMPLETED": COMPLETED, "FAILED": FAILED, "CANCELLED": CANCELLED,
+                "TIMEOUT": TIMEOUT, "PREEMPTED": PREEMPTED, "NODE_FAIL": NODE_FAIL,
+                "OUT_OF_MEMORY": FAILED, "BOOT_FAIL": FAILED, "DEADLINE": CANCELLED,
+                "REVOKED": CANCELLED, "SPECIAL_EXIT": FAILED}
+
+
+def from_slurm(state: str) -> str:
+    """A Slurm job state as a trial state (``CANCELLED by 0`` -> ``CANCELLED``)."""
+    word = state.split()[0].rstrip("+") if state else ""
+    if word in ("RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"):
+        return RUNNING
+    if word in SLURM_ACTIVE:
+        return REQUEUED if word.startswith("REQUEUE") else PENDING
+    return _SLURM_FINAL.get(word, UNKNOWN)

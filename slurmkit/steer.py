@@ -1,0 +1,84 @@
+"""Steering a sweep after submission: results, a trial's logs, cancel."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from . import states, store
+from .backends import slurm
+from .errors import UserError
+from .status import collect
+
+
+def results_table(root: str, sort_key: str | None = None,
+                  desc: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per trial (index, id, state, params, metrics) and the column order."""
+    current = collect(root, with_metrics=True)
+    param_cols: list[str] = []
+    metric_cols: list[str] = []
+    rows = []
+    for t in current.trials:
+        for k in t.params:
+            if k not in param_cols:
+                param_cols.append(k)
+        for k in t.metrics:
+            if k not in metric_cols:
+                metric_cols.append(k)
+        rows.append({"index": t.index, "id": t.id, "state": t.state, **t.params, **t.metrics})
+    columns = ["index", "id", "state", *param_cols, *(m for m in metric_cols if m not in param_cols)]
+    if sort_key:
+        if sort_key not in columns:
+            raise UserError(f"no metric or parameter named {sort_key!r}", key="--sort",
+                            hint=f"known: {', '.join(columns[3:]) or '(no metrics reported yet)'}")
+        have = [r for r in rows if isinstance(r.get(sort_key), (int, float, str))]
+        have.sort(key=lambda r: (isinstance(r[sort_key], str), r[sort_key]), reverse=desc)
+        rows = have + [r for r in rows if r not in have]
+    return rows, columns
+
+
+def find_trial(root: str, ref: str) -> dict[str, Any]:
+    """The manifest row of a trial given by index or by a unique prefix of its id."""
+    sweep = store.open_sweep(root)
+    rows = list(sweep.iter_manifest())
+    if ref.isdigit() and int(ref) < len(rows):
+        return rows[int(ref)]
+    matches = [r for r in rows if r["id"].startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    raise UserError(f"{'several trials match' if matches else 'no trial matches'} {ref!r}",
+                    key="TRIAL", hint=f"an index 0..{len(rows) - 1} or a unique id prefix")
+
+
+def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
+    """The trial's output log, or with ``slurm_log`` Slurm's log of its latest array task."""
+    sweep = store.open_sweep(root)
+    row = find_trial(root, ref)
+    if not slurm_log:
+        return sweep.output(row["id"])
+    from .fsutil import read_json
+
+    attempts = (read_json(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
+    for attempt in reversed(attempts):
+        if "array_job_id" in attempt:
+            return os.path.join(sweep.logs, f"{attempt['array_job_id']}_{attempt['array_task_id']}.out")
+    raise UserError(f"trial {row['id']} has not run on Slurm yet")
+
+
+def cancel(root: str) -> dict[str, Any]:
+    """Cancel the sweep's arrays that still have queued or running trials (one scancel)."""
+    sweep = store.open_sweep(root)
+    current = collect(root)
+    active = {states.PENDING, states.RUNNING, states.REQUEUED}
+    live_jobs = {t.job.split("_")[0] for t in current.trials if t.job and t.state in active}
+    local_pids = []
+    for sub in store.submissions(sweep):
+        if sub.get("backend") == "local" and sub.get("pid") and sub["pid"] != os.getpid():
+            try:
+                os.kill(sub["pid"], signal.SIGTERM)
+                local_pids.append(sub["pid"])
+            except (ProcessLookupError, PermissionError):
+                pass
+    slurm.cancel(sorted(live_jobs))
+    return {"sweep_dir": sweep.root, "jobs": sorted(live_jobs), "local_pids": local_pids}

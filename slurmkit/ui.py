@@ -1,0 +1,161 @@
+"""What people see: rich tables, progress bars and notes (imported only by commands that print)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .status import SweepStatus
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+STYLE = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "REQUEUED": "yellow",
+         "FAILED": "red", "TIMEOUT": "red", "CANCELLED": "magenta", "NODE_FAIL": "red",
+         "TERMINATED": "magenta", "PREEMPTED": "yellow", "UNKNOWN": "dim",
+         "NOT_SUBMITTED": "dim"}
+ROWS = 25
+
+
+def note(text: str) -> None:
+    err.print(f"[dim]{text}[/dim]")
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class Reporter:
+    """Announces the target and, for the local backend, draws a progress bar over trials."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.progress: Progress | None = None
+        self.task: Any = None
+        self.failed = 0
+
+    def start(self, target: Any, sweep: Any) -> None:
+        if self.quiet:
+            return
+        if target.note:
+            note(target.note)
+        if target.backend == "local":
+            total = sum(1 for _ in sweep.iter_manifest())
+            self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
+                                     console=err, transient=False)
+            self.task = self.progress.add_task("trials", total=total, failed="")
+            self.progress.start()
+
+    def trial_done(self, trial: Any, _index: int) -> None:
+        if self.progress is None:
+            return
+        if trial.status.get("state") not in (None, "COMPLETED"):
+            self.failed += 1
+        self.progress.update(self.task, advance=1,
+                             failed=f"[red]{self.failed} failed[/red]" if self.failed else "")
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def print_submission(result: Any) -> None:
+    if result.backend == "local":
+        failed = sorted(i for i, c in result.exit_codes.items() if c != 0)
+        out.print(f"ran {len(result.exit_codes)} trial(s) locally: "
+                  f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
+                  + (f", [red]{len(failed)} failed[/red] (indices {_short(failed, 60)})" if failed else ""))
+    elif not result.indices:
+        out.print("nothing to submit: every trial is completed, queued or running")
+    else:
+        jobs = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in result.jobs)
+        out.print(f"submitted {len(result.indices)} of {result.trials} trial(s) as job array {jobs}")
+    out.print(f"sweep directory: [bold]{result.sweep_dir}[/bold]")
+    out.print(f"next: slurmkit status {result.sweep_dir}")
+
+
+def status_view(current: SweepStatus, show_all: bool) -> Table:
+    counts = "  ".join(f"[{STYLE.get(s, '')}]{s} {n}[/]" for s, n in current.counts.items())
+    table = Table(title=f"{current.name}: {len(current.trials)} trials   {counts}",
+                  title_justify="left", expand=False)
+    for col in ("idx", "id", "state", "exit", "tries", "host", "job", "params"):
+        table.add_column(col, overflow="fold" if col == "params" else "ellipsis")
+    trials = current.trials
+    if not show_all and len(trials) > ROWS:
+        trials = sorted(trials, key=lambda t: t.state == "COMPLETED")[:ROWS]
+        table.caption = f"{ROWS} of {len(current.trials)} rows (unfinished first); --all for every row"
+    for t in sorted(trials, key=lambda t: t.index):
+        params = " ".join(f"{k}={_short(v, 24)}" for k, v in t.params.items())
+        table.add_row(str(t.index), t.id, f"[{STYLE.get(t.state, '')}]{t.state}[/]",
+                      "" if t.exit_code is None else str(t.exit_code), str(t.attempts),
+                      t.host or "", t.job or "", _short(params, 80))
+    return table
+
+
+def print_status(current: SweepStatus, show_all: bool) -> None:
+    out.print(status_view(current, show_all))
+
+
+def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> SweepStatus:
+    current = fetch()
+    with Live(status_view(current, show_all), console=out, refresh_per_second=1) as live:
+        while not current.finished:
+            time.sleep(interval)
+            current = fetch()
+            live.update(status_view(current, show_all))
+    return current
+
+
+def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    table = Table(expand=False)
+    for col in columns:
+        table.add_column(col, overflow="ellipsis")
+    for row in rows:
+        cells = []
+        for col in columns:
+            value = row.get(col)
+            cells.append("" if value is None else (f"{value:.6g}" if isinstance(value, float)
+                                                   else _short(value, 30)))
+        table.add_row(*cells)
+    out.print(table)
+
+
+def print_csv(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: v if isinstance(v, (str, int, float)) or v is None else json.dumps(v)
+                         for k, v in row.items()})
+
+
+def print_file(path: str, follow: bool) -> None:
+    """Copy the file to stdout; with ``follow``, keep copying what is appended (Ctrl-C stops)."""
+    if not os.path.exists(path) and not follow:
+        err.print(f"no output yet: {path}")
+        return
+    while not os.path.exists(path):
+        time.sleep(0.5)
+    with open(path, "rb") as fh:
+        try:
+            while True:
+                chunk = fh.read(65536)
+                if chunk:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+                elif not follow:
+                    return
+                else:
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            return

@@ -1,0 +1,38 @@
+"""Shared fixtures. Cluster fixtures come from slurm_fixtures.py (tests/cluster/ starts Slurm)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+pytest_plugins = ["slurm_fixtures"] if os.path.exists(os.path.join(os.path.dirname(__file__), "slurm_fixtures.py")) else []
+
+ROOT = Path(__file__).resolve().parent.parent
+PAYLOAD = ROOT / "tests" / "payloads" / "trial.py"
+SLURMKIT = [sys.executable, "-m", "slurmkit.cli"]
+
+
+def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the real ``slurmkit`` command in a subprocess."""
+    return subprocess.run([*SLURMKIT, *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def write_spec(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.fixture
+def spec_file(tmp_path: Path):
+    """``spec_file(body)`` writes a sweep spec into tmp_path and returns its path."""
+    def make(body: str, name: str = "spec.yaml") -> Path:
+        return write_spec(tmp_path / name, body)
+    return make

@@ -1,0 +1,132 @@
+"""The local backend end to end through the real CLI: environment contract, status, failures,
+resume, results and logs, with no Slurm involved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import PAYLOAD, run_cli
+
+TRICKY = ["it's", 'say "hi"', "$(touch /tmp/pwned-slurmkit)", "`id`", "two\nlines",
+          "  spaced  ", "naïve ünïcødé ✓", "a,b;c|d&e>f", "$HOME $$ %s %%", "back\\slash"]
+
+
+def _sweep(tmp_path: Path, body: str, *args: str):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(body)
+    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "local",
+                   "--json", *args, cwd=tmp_path)
+    result = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
+    return proc, result
+
+
+def test_local_sweep_runs_every_trial_with_the_contract(tmp_path):
+    proc, result = _sweep(tmp_path, f"""
+command: [python, {PAYLOAD}]
+params: {{x: [1, 2, 3], y: [a, b]}}
+max_parallel: 3
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert result["backend"] == "local" and result["submitted"] == 6
+    root = Path(result["sweep_dir"])
+    rows = [json.loads(line) for line in (root / "trials.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in rows] == list(range(6))
+    for row in rows:
+        tdir = root / "trials" / row["id"]
+        got = json.loads((tdir / "received.json").read_text())
+        assert json.loads(got["params_env"]) == row["params"]
+        assert got["argv"] == [f"x={row['params']['x']}", f"y={row['params']['y']}"]
+        assert got["trial_dir"] == str(tdir) and got["attempt"] == "1"
+        assert got["cwd"] == str(tmp_path)
+        status = json.loads((tdir / "status.json").read_text())
+        assert status["state"] == "COMPLETED" and status["exit_code"] == 0
+        assert json.loads((tdir / "metrics.json").read_text())["score"] == row["params"]["x"] * 2
+        assert f"hello from trial {row['index']}" in (tdir / "output.log").read_text()
+    st = run_cli("status", str(root), "--json")
+    assert st.returncode == 0
+    assert json.loads(st.stdout)["counts"] == {"COMPLETED": 6}
+
+
+def test_failure_is_recorded_and_resume_reruns_only_failed(tmp_path):
+    # the four trials with flaky=true fail on their first attempt (exit 3)
+    proc, result = _sweep(tmp_path, f"""
+command: [python, {PAYLOAD}]
+params: {{x: [1, 2, 3, 4]}}
+""", "params.flaky=false,true")
+    assert proc.returncode == 1  # some trial failed
+    root = result["sweep_dir"]
+    st = json.loads(run_cli("status", root, "--json").stdout)
+    failed = [t for t in st["trials"] if t["state"] == "FAILED"]
+    assert len(failed) == 4 and all(t["params"]["flaky"] is True and t["exit_code"] == 3 for t in failed)
+    assert run_cli("status", root).returncode == 1
+    again = run_cli("sweep", "--resume", root, "--backend", "local", "--json")
+    assert again.returncode == 0, again.stderr
+    assert sorted(json.loads(again.stdout)["indices"]) == sorted(t["index"] for t in failed)
+    st = json.loads(run_cli("status", root, "--json").stdout)
+    assert st["counts"] == {"COMPLETED": 8}
+    attempts = {t["index"]: t["attempts"] for t in st["trials"]}
+    assert all(attempts[i] == (2 if st["trials"][i]["params"]["flaky"] else 1) for i in attempts)
+    # resuming a finished sweep submits nothing
+    third = run_cli("sweep", "--resume", root, "--backend", "local", "--json")
+    assert third.returncode == 0 and json.loads(third.stdout)["indices"] == []
+
+
+def test_tricky_values_arrive_byte_exact(tmp_path):
+    values = json.dumps(TRICKY)
+    for style in ("hydra", "argparse"):
+        proc, result = _sweep(tmp_path, f"""
+command: [python, {PAYLOAD}]
+args: {style}
+params: {{text: {values}}}
+""")
+        assert proc.returncode == 0, proc.stderr
+        root = Path(result["sweep_dir"])
+        seen = []
+        for row in map(json.loads, (root / "trials.jsonl").read_text().splitlines()):
+            got = json.loads((root / "trials" / row["id"] / "received.json").read_text())
+            assert json.loads(got["params_env"])["text"] == row["params"]["text"]
+            if style == "argparse":
+                assert got["argv"] == ["--text", row["params"]["text"]]
+            seen.append(row["params"]["text"])
+        assert seen == TRICKY
+    assert not Path("/tmp/pwned-slurmkit").exists()
+
+
+def test_hydra_style_args_parse_back_with_hydra(tmp_path):
+    parser_mod = __import__("pytest").importorskip("hydra.core.override_parser.overrides_parser")
+    proc, result = _sweep(tmp_path, f"""
+command: [python, {PAYLOAD}]
+params: {{text: {json.dumps(TRICKY)}, n: [1], f: [0.5], b: [true], z: [null]}}
+""")
+    assert proc.returncode == 0, proc.stderr
+    root = Path(result["sweep_dir"])
+    parser = parser_mod.OverridesParser.create()
+    for row in map(json.loads, (root / "trials.jsonl").read_text().splitlines()):
+        got = json.loads((root / "trials" / row["id"] / "received.json").read_text())
+        parsed = {o.key_or_group: o.value() for o in parser.parse_overrides(got["argv"])}
+        assert parsed == row["params"]
+
+
+def test_results_logs_and_sorting(tmp_path):
+    proc, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [3, 1, 2]}}\n")
+    root = result["sweep_dir"]
+    rows = json.loads(run_cli("results", root, "--sort", "score", "--json").stdout)
+    assert [r["score"] for r in rows] == [2.0, 4.0, 6.0]
+    rows = json.loads(run_cli("results", root, "--sort", "score", "--desc", "--json").stdout)
+    assert [r["x"] for r in rows] == [3, 2, 1]
+    csv = run_cli("results", root, "--csv").stdout.splitlines()
+    assert csv[0] == "index,id,state,x,score" and len(csv) == 4
+    bad = run_cli("results", root, "--sort", "nope")
+    assert bad.returncode == 2 and "known: x, score" in bad.stderr
+    log = run_cli("logs", root, "1")
+    assert log.returncode == 0 and "hello from trial 1" in log.stdout
+    assert "attempt 1" in log.stdout
+    assert run_cli("logs", root, "99").returncode == 2
+
+
+def test_missing_program_fails_cleanly(tmp_path):
+    proc, result = _sweep(tmp_path, "command: [/nonexistent/prog]\nparams: {x: [1]}\n")
+    assert proc.returncode == 1
+    st = json.loads(run_cli("status", result["sweep_dir"], "--json").stdout)
+    assert st["trials"][0]["state"] == "FAILED" and st["trials"][0]["exit_code"] == 127

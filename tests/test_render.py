@@ -1,0 +1,68 @@
+"""Rendered batch scripts: shape, no parameter values in the text, and sbatch/ kept fresh."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from slurmkit import plan, render, spec as spec_mod, sweep as lib
+
+
+def test_script_shape_and_no_values_in_text(spec_file):
+    s = spec_mod.load(str(spec_file("""
+name: demo
+command: [python, t.py]
+params: {text: ["$(rm -rf /)", "`id`", "it's"], n: 'range(0,4)'}
+max_parallel: 3
+resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
+""")))
+    trials = plan.expand(s)
+    [(chunk, text)] = lib.render_scripts(s, range(len(trials)), 1001, "/shared/runs/demo-1")
+    assert text.startswith("#!/bin/bash\n")
+    sbatch = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
+    assert sbatch == ["#SBATCH --job-name=demo", "#SBATCH --array=0-11%3",
+                      "#SBATCH --output=/shared/runs/demo-1/logs/%A_%a.out",
+                      "#SBATCH --open-mode=append", "#SBATCH --partition=low",
+                      "#SBATCH --time=0:05:00", "#SBATCH --nodes=1", "#SBATCH --cpus-per-task=1",
+                      "#SBATCH --mem=1G", "#SBATCH --exclusive"]
+    for bad in ("rm -rf", "`id`", "it's", "t.py"):
+        assert bad not in text
+    assert "-m slurmkit.runtime task --offset 0" in text
+
+
+def test_split_under_max_array_size(spec_file):
+    s = spec_mod.load(str(spec_file("command: x\nparams: {i: 'range(0,23)'}\n")))
+    scripts = lib.render_scripts(s, range(23), 10, "/r")
+    arrays = [next(ln for ln in t.splitlines() if "--array" in ln) for _, t in scripts]
+    assert arrays == ["#SBATCH --array=0-9", "#SBATCH --array=0-9", "#SBATCH --array=0-2"]
+    assert [c.offset for c, _ in scripts] == [0, 10, 20]
+
+
+def test_dry_run_prints_and_creates_nothing(tmp_path, spec_file):
+    path = spec_file("command: x\nparams: {i: 'range(0,5)'}\nmax_parallel: 2\n")
+    proc = run_cli("sweep", str(path), f"output_root={tmp_path / 'runs'}", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --array=0-4%2" in proc.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("spec_path", sorted(glob.glob(str(ROOT / "sweeps" / "*.yaml"))))
+def test_committed_sbatch_scripts_are_fresh(spec_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    rel = os.path.relpath(spec_path, ROOT)
+    expected = lib.render_plain(spec_mod.load(rel), rel)
+    committed = ROOT / "sbatch" / (Path(spec_path).stem + ".sbatch")
+    assert committed.exists(), f"{committed} missing: run `make sbatch`"
+    assert committed.read_text() == expected, f"{committed} is stale: run `make sbatch`"
+
+
+def test_plain_script_is_self_contained(spec_file):
+    s = spec_mod.load(str(spec_file("name: p\ncommand: x\nparams: {i: [1, 2]}\n")))
+    text = lib.render_plain(s, "sweeps/p.yaml")
+    assert "--spec sweeps/p.yaml" in text
+    assert "sbatch-$SLURM_ARRAY_JOB_ID" in text
+    assert f"PY=${{SLURMKIT_PYTHON:-{render.PLAIN_PYTHON}}}" in text

@@ -1,0 +1,128 @@
+"""Spec loading and validation: good specs load; every user mistake is a SpecError naming the
+file and key (and the CLI turns it into exit code 2, no traceback, no sweep directory)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+from slurmkit import spec as spec_mod
+from slurmkit.errors import SpecError
+from slurmkit.overrides import Distribution, Sweep
+
+GOOD = """
+name: demo
+command: python train.py --epochs 3
+params:
+  lr: [0.1, 0.01]
+  optim:
+    momentum: 0.9,0.95
+  layers: range(1,4)
+  act: choice(relu,gelu)
+  wd: loguniform(1e-5, 1e-2)
+  tag: base
+num_samples: 2
+seed: 3
+max_parallel: 4
+resources:
+  partition: low
+  time: "1:00:00"
+  cpus: 2
+  gpus: 1
+  mem: 4G
+  extra: {exclusive: true, comment: run42}
+env: {OMP_NUM_THREADS: 1}
+"""
+
+
+def test_good_spec_loads(spec_file):
+    s = spec_mod.load(str(spec_file(GOOD)))
+    assert s.name == "demo"
+    assert s.command == ("python", "train.py", "--epochs", "3")
+    assert s.params["lr"] == Sweep((0.1, 0.01))
+    assert s.params["optim.momentum"] == Sweep((0.9, 0.95))
+    assert s.params["layers"] == Sweep((1, 2, 3))
+    assert s.params["act"] == Sweep(("relu", "gelu"))
+    assert s.params["wd"] == Distribution("loguniform", 1e-5, 1e-2)
+    assert s.params["tag"] == "base"
+    assert s.resources.sbatch_options() == [
+        "--partition=low", "--time=1:00:00", "--nodes=1", "--cpus-per-task=2",
+        "--gpus-per-node=1", "--mem=4G", "--exclusive", "--comment=run42"]
+    assert s.env == {"OMP_NUM_THREADS": "1"}
+
+
+def test_overrides_in_hydra_syntax(spec_file):
+    s = spec_mod.load(str(spec_file(GOOD)), [
+        "params.lr=0.5,0.05", "resources.time=2:00:00", "params.new=range(0,3)", "~params.tag",
+        "max_parallel=8", "params.optim.momentum=0.8"])
+    assert s.params["lr"] == Sweep((0.5, 0.05))
+    assert s.params["new"] == Sweep((0, 1, 2))
+    assert "tag" not in s.params
+    assert s.params["optim.momentum"] == 0.8
+    assert s.resources.time == "2:00:00"
+    assert s.max_parallel == 8
+
+
+def test_round_trip_through_dict(spec_file):
+    s = spec_mod.load(str(spec_file(GOOD)))
+    again = spec_mod.from_dict(s.to_dict(), "sweep.json")
+    assert again.params == s.params and again.resources == s.resources
+
+
+@pytest.mark.parametrize("body,overrides,key,needle", [
+    ("command: x\nparams: {a: [1]}\nbogus: 1\n", [], "bogus", "allowed keys"),
+    ("command: x\nparams: {a: [1]}\nresources: {gpu: 1}\n", [], "resources.gpu", "allowed keys"),
+    ("command: x\nparams: {a: [1]}\nmax_parallel: many\n", [], "max_parallel", "expected int"),
+    ("command: x\nparams: {a: []}\n", [], "params.a", "empty search space"),
+    ("command: x\nparams: {}\n", [], "params", "empty search space"),
+    ("command: x\nparams: {a: 'range(3,3)'}\n", [], "params.a", "empty search space"),
+    ("command: x\nparams: {a: [1]}\nresources: {time: '1:2:3:4'}\n", [], "resources.time", "D-HH:MM:SS"),
+    ("command: x\nparams: {a: [1]}\n", ["resources.time=soon"], "resources.time", "D-HH:MM:SS"),
+    ("command: x\nparams: {a: [1]}\nargs: posix\n", [], "args", "hydra, argparse, none"),
+    ("params: {a: [1]}\n", [], "command", "required"),
+    ("command: x\nparams: {a: [1]}\nname: 'bad name'\n", [], "name", "not a valid name"),
+    ("command: x\nparams: {a: [1]}\nresources: {partition: 'a b'}\n", [], "resources.partition", "whitespace"),
+    ("command: x\nparams: {a: [1]}\nresources: {extra: {array: 1-3}}\n", [], "resources.extra.array", "sets this option"),
+    ("command: x\nparams: {a: [1]}\nresources: {mem: lots}\n", [], "resources.mem", "memory size"),
+    ("command: x\nparams: {a: 'uniform(2, 1)'}\n", [], "params.a", "cannot read"),
+    ("command: x\nparams: {a: [1]}\nnum_samples: 3\n", [], "num_samples", "random parameter"),
+    ("command: x\nparams: {a: [1]}\n", ["resources.time=1:00,2:00"], "resources.time", "only params"),
+])
+def test_bad_input_names_file_and_key(spec_file, body, overrides, key, needle):
+    path = spec_file(body)
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(str(path), overrides)
+    err = info.value
+    assert err.key == key
+    assert err.file in (str(path), spec_mod.CLI)
+    assert needle in str(err)
+
+
+def test_malformed_yaml(spec_file):
+    path = spec_file("command: x\nparams: {a: [1, 2\n")
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(str(path))
+    assert info.value.file == str(path) and "malformed YAML" in str(info.value)
+
+
+@pytest.mark.parametrize("body,overrides", [
+    ("command: x\nparams: {a: [1, 2\n", []),
+    ("command: x\nparams: {a: [1]}\nwat: 1\n", []),
+    ("command: x\nparams: {a: [1]}\n", ["resources.time=yesterday"]),
+    ("command: x\nparams: {a: [1]}\n", ["params.a=(("]),
+])
+def test_cli_bad_input_exit_2_no_traceback_nothing_left(tmp_path, spec_file, body, overrides):
+    path = spec_file(body)
+    out = tmp_path / "out"
+    proc = run_cli("sweep", str(path), *overrides, f"output_root={out}", "--backend", "local")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "error:" in proc.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_cli_missing_file_and_usage(tmp_path):
+    proc = run_cli("sweep", str(tmp_path / "nope.yaml"))
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = run_cli("sweep")
+    assert proc.returncode == 2 and "Usage" in proc.stderr
