@@ -286,6 +286,9 @@ def _command(raw: Any, source: str) -> tuple[str, ...]:
         except ValueError as exc:
             raise SpecError(f"cannot split: {exc}", file=source, key="command") from None
     elif isinstance(raw, list) and all(isinstance(a, (str, int, float)) for a in raw):
+        if any(isinstance(a, bool) for a in raw):
+            raise SpecError("an item is a YAML boolean (true/false/yes/no)", file=source,
+                            key="command", hint="quote it: ['true']")
         argv = [str(a) for a in raw]
     else:
         raise SpecError("required: the trial's program and arguments (a string or a list)",

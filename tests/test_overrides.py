@@ -436,6 +436,7 @@ HYDRA_ERRORS = {
     "x={'a': 1}": ("expected a dict key but found \"'a'\"", 3),
     "x={: 1}": ("expected a dict key but found ':'", 3),
     "x={a}": ("expected ':' after a dict key", 4),
+    "x={${a}: 1}": ("expected a dict key but found '${a}'", 3),
     "x=true(1)": ("expected ',' or end of value but found '('", 6),
     "x=1(2)": ("expected ',' or end of value", 3),
     "x=foo(1)": ("unknown function 'foo'", 2),

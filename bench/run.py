@@ -1,0 +1,141 @@
+"""slurmkit benchmarks: every figure is printed next to a baseline measured in the same run.
+
+    make bench                      # starts the test cluster when SLURM_CONF is not set
+    python bench/run.py --only help,local
+
+Targets (from the issues): submit of 10,000 trials <= 0.5 s and >= 10x faster than submitit's
+map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slurmkit --help`
+<= 1.5x `python -c "import click"`; local backend <= 50 ms overhead per trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+SLURMKIT = [PY, "-m", "slurmkit.cli"]
+
+
+def timed(fn: Callable[[], object], repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv[:4])}... failed:\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def row(name: str, ours: list[float], base: list[float] | None, base_name: str,
+        target: str) -> None:
+    m = statistics.median(ours)
+    line = f"{name:<34} median {m * 1000:9.1f} ms  (min {min(ours) * 1000:.1f}, max {max(ours) * 1000:.1f})"
+    if base is not None:
+        b = statistics.median(base)
+        line += f" | {base_name}: {b * 1000:.1f} ms | ratio {m / b:.2f}x"
+    print(f"{line} | target {target}", flush=True)
+
+
+def bench_help(repeat: int) -> None:
+    ours = timed(lambda: run([PY, "-m", "slurmkit.cli", "--help"]), repeat)
+    base = timed(lambda: run([PY, "-c", "import click"]), repeat)
+    bare = timed(lambda: run([PY, "-c", "pass"]), repeat)
+    row("slurmkit --help", ours, base, "python -c 'import click'", "<= 1.5x")
+    row("(python -c pass, for scale)", bare, None, "", "-")
+
+
+def bench_local(repeat: int, n: int = 40) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    spec = tmp / "s.yaml"
+    spec.write_text(f"command: [/bin/true]\nargs: none\nparams: {{i: 'range(0,{n})'}}\nmax_parallel: 1\n"
+                    f"output_root: {tmp / 'runs'}\n")
+    ours = timed(lambda: run([*SLURMKIT, "sweep", str(spec), "--backend", "local", "--json"]), repeat)
+    direct = "import subprocess\nfor _ in range(%d): subprocess.run(['/bin/true'])" % n
+    base = timed(lambda: run([PY, "-c", direct]), repeat)
+    per = [(o - b) / n for o, b in zip(sorted(ours), sorted(base))]
+    row(f"local backend, {n} trials, 1 at a time", ours, base, f"{n} bare processes", "-")
+    print(f"{'  overhead per trial':<34} median {statistics.median(per) * 1000:9.1f} ms | target <= 50 ms")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cluster_env() -> dict[str, str]:
+    if os.environ.get("SLURM_CONF"):
+        return dict(os.environ)
+    up = subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "up.sh")], capture_output=True,
+                        text=True)
+    if up.returncode != 0:
+        raise SystemExit(f"bench: no Slurm cluster: {up.stderr.strip()[-500:]}")
+    return {**os.environ, "SLURM_CONF": up.stdout.strip().splitlines()[-1]}
+
+
+def bench_submit_status(repeat: int, n: int = 10_000) -> None:
+    env = _cluster_env()
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    spec = tmp / "s.yaml"
+    # A held partition would be ideal; instead every array is cancelled right after submission.
+    spec.write_text(f"command: [/bin/true]\nparams: {{i: 'range(0,{n})'}}\n"
+                    f"output_root: {tmp / 'runs'}\nresources: {{extra: {{hold: true}}}}\n")
+    dirs: list[str] = []
+
+    def submit() -> None:
+        proc = run([*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--json"], env=env)
+        result = json.loads(proc.stdout)
+        dirs.append(result["sweep_dir"])
+
+    ours = timed(submit, repeat)
+    script = tmp / "submitit_bench.py"
+    script.write_text(f"""
+import submitit, sys
+ex = submitit.AutoExecutor(folder={str(tmp / 'submitit')!r}, cluster='slurm')
+ex.update_parameters(slurm_additional_parameters={{'hold': True}}, timeout_min=10)
+jobs = ex.map_array(abs, range({n}))
+print(jobs[0].job_id.split('_')[0])
+""")
+    sub_ids: list[str] = []
+    base = timed(lambda: sub_ids.append(run([PY, str(script)], env=env).stdout.strip()), repeat)
+    row(f"sweep submit, {n} trials (CLI)", ours, base, f"submitit map_array({n})", "<= 500 ms, >= 10x")
+    status = timed(lambda: run([*SLURMKIT, "status", dirs[-1], "--json"], env=env), repeat)
+    squeue = timed(lambda: run(["squeue", "--noheader", "--array", "--states=all",
+                                "--format=%F|%K|%T|%r"], env=env), repeat)
+    row(f"status, {n}-task sweep", status, squeue, "the one squeue call alone", "<= 500 ms")
+    ids = []
+    for d in dirs:
+        for sub in sorted((Path(d) / "submissions").glob("*.json")):
+            ids += [j["job_id"] for j in json.loads(sub.read_text())["jobs"]]
+    subprocess.run(["scancel", *ids, *sub_ids], env=env, capture_output=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+BENCHES = {"help": bench_help, "local": bench_local, "submit": bench_submit_status}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--only", default=",".join(BENCHES), help="comma list of: " + ", ".join(BENCHES))
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"slurmkit bench  python {sys.version.split()[0]}  {os.cpu_count()} cores  "
+          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    for name in args.only.split(","):
+        BENCHES[name](args.repeat)
+
+
+if __name__ == "__main__":
+    main()
