@@ -62,7 +62,7 @@ class Sweep:
 
 @dataclass(frozen=True)
 class Distribution:
-    """A random-search distribution: ``uniform``, ``loguniform`` or ``randint`` over [low, high]."""
+    """A random-search distribution ``uniform``, ``loguniform`` or ``randint`` (low < high)."""
 
     name: str
     low: float | int
@@ -119,7 +119,7 @@ def _new_range(start: int | float, stop: int | float, step: int | float) -> _Ran
     if step == 0:
         raise ValueError("step must not be zero")
     if all(isinstance(v, int) for v in (start, stop, step)):
-        ints = builtins.range(start, stop, step)  # type: ignore[arg-type]
+        ints = range(start, stop, step)  # type: ignore[arg-type]
         if len(ints) > MAX_SWEEP_SIZE:
             raise ValueError(f"more than {MAX_SWEEP_SIZE} values")
         return _Range(start, stop, step, tuple(ints))
@@ -128,7 +128,7 @@ def _new_range(start: int | float, stop: int | float, step: int | float) -> _Ran
     # Hydra's FloatRange: Decimal(float) is exact, sums round to 28 digits.
     context = decimal.Context(prec=28, rounding=decimal.ROUND_HALF_EVEN)
     current, end, increment = (decimal.Decimal(v) for v in (start, stop, step))
-    if context.divide(end - current, increment) > MAX_SWEEP_SIZE:
+    if context.divide(context.subtract(end, current), increment) > MAX_SWEEP_SIZE:
         raise ValueError(f"more than {MAX_SWEEP_SIZE} values")
     values: list[float] = []
     while current < end if increment > 0 else current > end:
@@ -195,7 +195,7 @@ def _sort_sweep(sweep: _Choice | _Range, reverse: bool) -> _Choice | _Range:
     flipped = _new_range(start, stop, step)
     if flipped.values != tuple(sorted(sweep.values, reverse=reverse)):
         raise ValueError(
-            f"Hydra 1.3 sorts this range wrongly (to {builtins.list(flipped.values)}); "
+            f"Hydra 1.3 sorts this range wrongly (to {list(flipped.values)}); "
             "write the range in the wanted order instead"
         )
     return flipped
@@ -316,8 +316,8 @@ def _call(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         allowed = types.get(param)
         if allowed is None:
             continue
-        values = value if signature.parameters[param].kind is inspect.Parameter.VAR_POSITIONAL else (value,)
-        for item in values:
+        variadic = signature.parameters[param].kind is inspect.Parameter.VAR_POSITIONAL
+        for item in value if variadic else (value,):
             if not isinstance(item, allowed):
                 raise TypeError(f"argument '{param}' cannot be {_describe(item)}")
     return function(*bound.args, **bound.kwargs)
@@ -373,7 +373,7 @@ class _Token(NamedTuple):
 
 
 def _quoted_end(text: str, pos: int) -> int:
-    """End of the quoted value at ``pos``: the first matching quote after an even run of backslashes."""
+    """End of the quoted value at ``pos``: its first quote after an even run of backslashes."""
     backslashes = 0
     for index in range(pos + 1, len(text)):
         char = text[index]
@@ -423,6 +423,12 @@ def _tokenize(text: str, pos: int) -> list[_Token]:
 # --------------------------------------------------------------------------- #
 
 
+def _column(token: _Token) -> int:
+    """Column of the token's first non-blank character (some tokens absorb blanks)."""
+    blanks = len(token.text) - len(token.text.lstrip(" \t"))
+    return token.pos + (blanks if token.text.strip() else 0)
+
+
 class _Parser:
     def __init__(self, text: str, start: int) -> None:
         self.text = text
@@ -430,7 +436,7 @@ class _Parser:
         self.index = 0
 
     def peek(self, ahead: int = 0) -> _Token:
-        return self.tokens[min(self.index + ahead, len(self.tokens) - 1)]
+        return self.tokens[self.index + ahead]  # never past EOF: only an ID looks ahead
 
     def take(self) -> _Token:
         token = self.peek()
@@ -438,34 +444,29 @@ class _Parser:
         return token
 
     def error(self, message: str, token: _Token | None = None) -> OverrideError:
-        token = token or self.peek()
-        blanks = len(token.text) - len(token.text.lstrip(" \t")) if token.text.strip() else 0
-        return OverrideError(message, self.text, token.pos + blanks)
+        return OverrideError(message, self.text, _column(token or self.peek()))
 
     def unexpected(self, expected: str, opener: _Token | None = None) -> OverrideError:
         token = self.peek()
         found = "end of input" if token.kind == "EOF" else repr(token.text.strip() or token.text)
         message = f"expected {expected} but found {found}"
         if opener is not None:
-            message += f" (unbalanced {opener.text.strip()!r} at column {opener.pos})"
+            message += f" (unbalanced {opener.text.strip()!r} at column {_column(opener)})"
         return self.error(message)
 
     def value(self) -> Any:
         if self.peek().kind == "EOF":
             return ""
-        first = self.element()
-        if self.peek().kind != "COMMA":
-            if self.peek().kind != "EOF":
-                raise self.unexpected("',' or end of value")
-            return first
-        if isinstance(first, _SWEEPS):
-            raise self.error(_NESTED, self.tokens[0])
-        items = [first]
+        items = [self.element()]
         while self.peek().kind == "COMMA":
             self.take()
             items.append(self.unnested_element())
         if self.peek().kind != "EOF":
             raise self.unexpected("',' or end of value")
+        if len(items) == 1:
+            return items[0]
+        if isinstance(items[0], _SWEEPS):
+            raise self.error(_NESTED, self.tokens[0])
         return _Choice(tuple(items), simple=True)
 
     def unnested_element(self) -> Any:

@@ -166,7 +166,8 @@ def _parse_cli(text: str):
     try:
         return parse_override(text)
     except OverrideError as exc:
-        raise SpecError(str(exc), file=CLI, hint="overrides look like key=value, "
+        raise SpecError(f"cannot read {text!r}: {exc.message} (column {exc.column})", file=CLI,
+                        hint="overrides look like key=value, "
                         "params.lr=0.1,0.01 or params.n='range(1,5)'") from None
 
 
@@ -205,7 +206,8 @@ def _param_space(raw: Any, source: str, prefix: str = "params") -> dict[str, Dom
             try:
                 space[key] = _single(parse_value(value))
             except OverrideError as exc:
-                raise SpecError(f"cannot read {value!r}: {exc}", file=source, key=full,
+                raise SpecError(f"cannot read {value!r}: {exc.message} (column {exc.column})",
+                                file=source, key=full,
                                 hint="quote a literal string inside the YAML string: \"'text'\", "
                                 "or put it in a list: [text]") from None
         else:

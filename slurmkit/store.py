@@ -33,10 +33,12 @@ def sweep_config(spec: SweepSpec, submit_dir: str) -> dict[str, Any]:
             "created": time.time(), "slurmkit_version": __version__}
 
 
-def create(spec: SweepSpec, trials: list[Trial], root: str) -> SweepDir:
+def create(spec: SweepSpec, trials: list[Trial], root: str,
+           submission: dict[str, Any] | None = None) -> SweepDir:
     """Write the sweep directory in a temporary sibling and rename it into place.
 
     Either the whole directory appears, or nothing does. Raises UserError if ``root`` exists.
+    ``submission``, when given, is recorded as submission 0 (a script submitted by hand).
     """
     root = os.path.abspath(root)
     parent = os.path.dirname(root)
@@ -56,6 +58,8 @@ def create(spec: SweepSpec, trials: list[Trial], root: str) -> SweepDir:
             fh.write(to_yaml(spec))
         with open(staging.manifest, "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(t.row(), ensure_ascii=False) + "\n" for t in trials)
+        if submission is not None:
+            record_submission(staging, submission)
         os.rename(tmp, root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -70,13 +74,18 @@ def to_yaml(spec: SweepSpec) -> str:
     return yaml.safe_dump(spec.to_dict(), sort_keys=False, allow_unicode=True)
 
 
-def init_from_spec(spec_path: str, root: str) -> SweepDir:
-    """Build ``root`` from a spec file, tolerating concurrent array tasks doing the same."""
+def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) -> SweepDir:
+    """Build ``root`` for a script submitted with plain ``sbatch`` (array ``array_job_id``),
+    tolerating concurrent array tasks doing the same."""
     from . import plan, spec as spec_mod
 
     sweep_spec = spec_mod.load(spec_path)
+    trials = plan.expand(sweep_spec)
+    chunk = plan.chunks(range(len(trials)), len(trials) + offset + 1)[0]
+    job = {"job_id": array_job_id, "offset": offset, "array": chunk.array_spec(), "script": None}
     try:
-        return create(sweep_spec, plan.expand(sweep_spec), root)
+        return create(sweep_spec, trials, root,
+                      submission={"backend": "slurm", "state": "submitted", "jobs": [job]})
     except (UserError, OSError):
         sweep = SweepDir(root)
         if sweep.exists():  # another task of the array won the race

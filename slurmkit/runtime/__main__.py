@@ -26,7 +26,7 @@ def _task(args: argparse.Namespace) -> int:
     if args.spec and not sweep.exists():
         from ..store import init_from_spec  # login-node code, only for plain-sbatch scripts
 
-        init_from_spec(args.spec, sweep.root)
+        init_from_spec(args.spec, sweep.root, os.environ.get("SLURM_ARRAY_JOB_ID", ""), args.offset)
     index = args.offset + int(task_id)
     try:
         run = TrialRun(sweep, index)

@@ -1,0 +1,173 @@
+"""Sweeps on the real 4-node Slurm test cluster (tests/cluster/up.sh), through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PAYLOAD, ROOT, run_cli
+from slurmkit.status import collect
+from test_local import TRICKY
+
+pytestmark = pytest.mark.cluster
+
+
+def wait_sweep(root: str, timeout: float = 240) -> dict:
+    """Poll ``slurmkit status --json`` until every trial has finished."""
+    end = time.time() + timeout
+    while True:
+        current = collect(root)
+        if current.finished:
+            return current.as_dict()
+        if time.time() > end:
+            raise AssertionError(f"sweep not finished after {timeout} s: {current.counts}")
+        time.sleep(1)
+
+
+def submit(tmp_path: Path, body: str, *overrides: str, expect: int = 0) -> dict:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(body)
+    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
+                   "--json", *overrides, cwd=tmp_path)
+    assert proc.returncode == expect, proc.stderr
+    return json.loads(proc.stdout) if expect == 0 else {"stderr": proc.stderr}
+
+
+def received(root: str, trial: dict) -> dict:
+    return json.loads((Path(root) / "trials" / trial["id"] / "received.json").read_text())
+
+
+def test_sweep_of_20_completes_with_metrics(slurm_cluster, tmp_path):
+    result = submit(tmp_path, f"""
+name: twenty
+command: [python, {PAYLOAD}]
+params: {{x: 'range(0,20)'}}
+resources: {{time: "0:05:00", mem: 100M}}
+""")
+    assert result["backend"] == "slurm" and len(result["jobs"]) == 1
+    assert result["jobs"][0]["array"] == "0-19"
+    final = wait_sweep(result["sweep_dir"])
+    assert final["counts"] == {"COMPLETED": 20}
+    hosts = set()
+    for t in final["trials"]:
+        metrics = json.loads((Path(result["sweep_dir"]) / "trials" / t["id"] / "metrics.json").read_text())
+        assert metrics["score"] == t["params"]["x"] * 2
+        assert t["job"] == f"{result['jobs'][0]['job_id']}_{t['index']}"
+        hosts.add(received(result["sweep_dir"], t)["host"])
+    assert hosts <= {"n1", "n2", "n3", "n4"} and len(hosts) >= 2
+    rows = json.loads(run_cli("results", result["sweep_dir"], "--sort", "score", "--desc", "--json").stdout)
+    assert rows[0]["x"] == 19 and len(rows) == 20
+
+
+def test_failed_trials_keep_exit_code_and_resume_reruns_only_them(slurm_cluster, tmp_path):
+    result = submit(tmp_path, f"""
+name: flaky
+command: [python, {PAYLOAD}]
+params: {{x: 'range(0,10)', flaky: [false, true]}}
+max_parallel: 8
+""")
+    root = result["sweep_dir"]
+    final = wait_sweep(root)
+    assert final["counts"] == {"COMPLETED": 10, "FAILED": 10}
+    failed = {t["index"] for t in final["trials"] if t["state"] == "FAILED"}
+    assert all(t["exit_code"] == 3 and t["params"]["flaky"] for t in final["trials"] if t["index"] in failed)
+    status = run_cli("status", root)
+    assert status.returncode == 1 and "FAILED" in status.stdout
+    again = run_cli("sweep", "--resume", root, "--json")
+    assert again.returncode == 0, again.stderr
+    resumed = json.loads(again.stdout)
+    assert set(resumed["indices"]) == failed and resumed["backend"] == "slurm"
+    # a second resume right away submits nothing: the failed trials are queued or running
+    twice = json.loads(run_cli("sweep", "--resume", root, "--json").stdout)
+    assert twice["indices"] == []
+    final = wait_sweep(root)
+    assert final["counts"] == {"COMPLETED": 20}
+    for t in final["trials"]:
+        assert t["attempts"] == (2 if t["index"] in failed else 1), t
+    assert json.loads(run_cli("sweep", "--resume", root, "--json").stdout)["indices"] == []
+
+
+def test_split_under_small_max_array_size(slurm_cluster, tmp_path):
+    from slurm_fixtures import max_array_size
+
+    with max_array_size(5):
+        result = submit(tmp_path, f"""
+name: split
+command: [python, {PAYLOAD}]
+params: {{x: 'range(0,12)'}}
+max_parallel: 3
+""")
+        final = wait_sweep(result["sweep_dir"])
+    assert [(j["offset"], j["array"]) for j in result["jobs"]] == [(0, "0-4"), (5, "0-4"), (10, "0-1")]
+    assert final["counts"] == {"COMPLETED": 12}
+    for t in final["trials"]:
+        job, task = t["job"].split("_")
+        chunk = next(j for j in result["jobs"] if j["job_id"] == job)
+        assert chunk["offset"] + int(task) == t["index"] and int(task) < 5
+    scripts = sorted((Path(result["sweep_dir"]) / "scripts").glob("*.sbatch"))
+    assert len(scripts) == 3 and "--array=0-1%3" in scripts[2].read_text()
+
+
+def test_tricky_values_arrive_byte_exact_on_slurm(slurm_cluster, tmp_path):
+    result = submit(tmp_path, f"""
+name: tricky
+command: [python, {PAYLOAD}]
+args: argparse
+params: {{text: {json.dumps(TRICKY)}}}
+""")
+    final = wait_sweep(result["sweep_dir"])
+    assert final["counts"] == {"COMPLETED": len(TRICKY)}
+    for t in final["trials"]:
+        got = received(result["sweep_dir"], t)
+        assert json.loads(got["params_env"])["text"] == TRICKY[t["index"]]
+        assert got["argv"] == ["--text", TRICKY[t["index"]]]
+    assert not Path("/tmp/pwned-slurmkit").exists()
+
+
+def test_unknown_partition_is_a_clear_usage_error(slurm_cluster, tmp_path):
+    out = submit(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n",
+                 "resources.partition=nosuch", expect=2)
+    assert "Slurm refused the job" in out["stderr"] and "invalid partition" in out["stderr"].lower()
+    assert "partitions on this cluster: high, low" in out["stderr"]
+    assert "Traceback" not in out["stderr"]
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_cancel_stops_running_and_pending_trials(slurm_cluster, tmp_path):
+    result = submit(tmp_path, "command: [sleep, '300']\nargs: none\nparams: {i: 'range(0,6)'}\n"
+                    "max_parallel: 2\n")
+    root = result["sweep_dir"]
+    end = time.time() + 60
+    while collect(root).counts.get("RUNNING", 0) < 2 and time.time() < end:
+        time.sleep(0.5)
+    done = json.loads(run_cli("cancel", root, "--json").stdout)
+    assert done["jobs"] == [result["jobs"][0]["job_id"]]
+    final = wait_sweep(root, timeout=60)
+    assert set(final["counts"]) == {"CANCELLED"}, final["counts"]
+
+
+def test_plain_sbatch_script_runs_as_rendered(slurm_cluster, tmp_path):
+    spec = tmp_path / "plain.yaml"
+    spec.write_text(f"name: plain\ncommand: [python, {PAYLOAD}]\nparams: {{x: [1, 2, 3]}}\n"
+                    "output_root: runs\n")
+    script = tmp_path / "plain.sbatch"
+    proc = run_cli("sweep", "plain.yaml", "--dry-run", "--plain", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    script.write_text(proc.stdout)
+    env = {**os.environ, "SLURMKIT_PYTHON": str(ROOT / ".venv" / "bin" / "python")}
+    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    root = tmp_path / "runs" / "plain" / f"sbatch-{job}"
+    end = time.time() + 120
+    while not (root / "trials.jsonl").exists() and time.time() < end:
+        time.sleep(0.5)
+    # no submission records: completion comes from the status files alone
+    while time.time() < end and collect(str(root)).counts != {"COMPLETED": 3}:
+        time.sleep(1)
+    assert collect(str(root)).counts == {"COMPLETED": 3}
