@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from . import arrays
 from .errors import SpecError
 from .overrides import Distribution, Sweep
 from .spec import SweepSpec
@@ -36,7 +37,7 @@ class Chunk:
 
     def array_spec(self, max_parallel: int | None = None) -> str:
         """``--array`` value, e.g. ``0-9,12%4`` (ranges compressed, relative to ``offset``)."""
-        spec = compress([i - self.offset for i in self.indices])
+        spec = arrays.compress([i - self.offset for i in self.indices])
         return f"{spec}%{max_parallel}" if max_parallel else spec
 
 
@@ -97,23 +98,3 @@ def chunks(indices: Iterable[int], max_array_size: int) -> list[Chunk]:
     for i in sorted(set(indices)):
         groups.setdefault(i // max_array_size, []).append(i)
     return [Chunk(c * max_array_size, tuple(ix)) for c, ix in sorted(groups.items())]
-
-
-def compress(indices: Sequence[int]) -> str:
-    """``[0,1,2,5,7,8]`` -> ``"0-2,5,7-8"``."""
-    parts: list[str] = []
-    for _, run in itertools.groupby(enumerate(sorted(indices)), lambda p: p[1] - p[0]):
-        run_list = [v for _, v in run]
-        lo, hi = run_list[0], run_list[-1]
-        parts.append(str(lo) if lo == hi else f"{lo}-{hi}")
-    return ",".join(parts)
-
-
-def expand_array_spec(spec: str) -> list[int]:
-    """Inverse of :func:`compress` (ignores a ``%N`` throttle and ``:step``)."""
-    out: list[int] = []
-    for part in spec.split("%")[0].split(","):
-        rng, _, step = part.partition(":")
-        lo, _, hi = rng.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1, int(step or 1)))
-    return out

@@ -11,7 +11,7 @@ from . import states, store
 from .backends import slurm
 from .fsutil import read_json
 from .layout import SweepDir
-from .plan import expand_array_spec
+from .arrays import expand_array_spec
 
 
 @dataclass
@@ -127,8 +127,9 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, i
     elif task is not None and task.state in states.SLURM_ACTIVE:
         if same_job and file_state == states.RUNNING:
             t.state = states.RUNNING
-        elif same_job and file_state in states.FINAL and not task.state.startswith(("PENDING", "REQUEUE")):
-            t.state = file_state
+        elif same_job and file_state in states.FINAL and file_state != states.TERMINATED \
+                and not task.state.startswith(("PENDING", "REQUEUE")):
+            t.state = file_state  # finished; Slurm is still cleaning up
         else:
             t.state = states.from_slurm(task.state)
     elif file_state is not None:

@@ -7,14 +7,16 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from . import __version__
 from .errors import UserError
 from .fsutil import atomic_write_json, read_json
 from .layout import SweepDir
-from .plan import Trial
-from .spec import SweepSpec
+
+if TYPE_CHECKING:
+    from .plan import Trial
+    from .spec import SweepSpec
 
 
 def default_root(spec: SweepSpec) -> str:

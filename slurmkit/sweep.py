@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from . import plan, render, spec as spec_mod, states, store
+from . import arrays, plan, render, spec as spec_mod, states, store
 from .backends import local, slurm
 from .errors import SchedulerError, UserError
 from .fsutil import atomic_write_json, read_json
@@ -140,7 +140,7 @@ def _dispatch(spec: spec_mod.SweepSpec, sweep: SweepDir, target: Target, indices
     result = Submission(sweep.root, target.backend, total, indices, note=target.note)
     if target.backend == "local":
         store.record_submission(sweep, {"backend": "local", "pid": os.getpid(),
-                                        "indices": plan.compress(indices)})
+                                        "indices": arrays.compress(indices)})
         result.exit_codes = local.run(sweep, indices, max_parallel=spec.max_parallel,
                                       on_done=on_done)
         return result

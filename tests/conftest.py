@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-pytest_plugins = ["slurm_fixtures"] if os.path.exists(os.path.join(os.path.dirname(__file__), "slurm_fixtures.py")) else []
+pytest_plugins = ["slurm_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "payloads" / "trial.py"

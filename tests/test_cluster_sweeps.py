@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PAYLOAD, ROOT, run_cli
+from slurmkit.errors import SchedulerError
 from slurmkit.status import collect
 from test_local import TRICKY
 
@@ -20,13 +21,18 @@ pytestmark = pytest.mark.cluster
 def wait_sweep(root: str, timeout: float = 240) -> dict:
     """Poll ``slurmkit status --json`` until every trial has finished."""
     end = time.time() + timeout
-    while True:
-        current = collect(root)
+    counts: dict = {}
+    while time.time() < end:
+        try:
+            current = collect(root)
+        except SchedulerError:  # the controller is briefly unreachable: ask again
+            time.sleep(1)
+            continue
         if current.finished:
             return current.as_dict()
-        if time.time() > end:
-            raise AssertionError(f"sweep not finished after {timeout} s: {current.counts}")
+        counts = current.counts
         time.sleep(1)
+    raise AssertionError(f"sweep not finished after {timeout} s: {counts}")
 
 
 def submit(tmp_path: Path, body: str, *overrides: str, expect: int = 0) -> dict:
@@ -93,9 +99,7 @@ max_parallel: 8
 
 
 def test_split_under_small_max_array_size(slurm_cluster, tmp_path):
-    from slurm_fixtures import max_array_size
-
-    with max_array_size(5):
+    with slurm_cluster.max_array_size(5):
         result = submit(tmp_path, f"""
 name: split
 command: [python, {PAYLOAD}]

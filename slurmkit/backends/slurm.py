@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..errors import SchedulerError, UserError
+from ..arrays import expand_array_spec
 
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
@@ -95,14 +96,19 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    proc = _run(["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(ids)}",
+    # Without --array: squeue 22.05 drops tasks when it expands a pending "1-19:2" record.
+    proc = _run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
                  "--format=%F|%K|%T|%r"])
     out: dict[tuple[str, int], TaskState] = {}
+    if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
+        raise SchedulerError(f"squeue failed: {_first(proc.stderr)}",
+                             hint="is slurmctld up? try: scontrol ping")
     if proc.returncode == 0:
         for line in proc.stdout.splitlines():
             parts = line.strip().split("|")
-            if len(parts) == 4 and parts[1].isdigit():
-                out[(parts[0], int(parts[1]))] = TaskState(parts[2], parts[3])
+            if len(parts) == 4 and parts[1][:1].isdigit():
+                for task in expand_array_spec(parts[1]):
+                    out[(parts[0], task)] = TaskState(parts[2], parts[3])
     missing = [j for j in ids if not any(k[0] == j for k in out)]
     if missing:
         out.update(_sacct(missing))

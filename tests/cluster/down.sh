@@ -14,18 +14,14 @@ for arg in "$@"; do
   esac
 done
 
-# state_ppid PID: the process state letter and parent pid.
-state_ppid() {
+# read_stat PID: set st_state and st_ppid from /proc/PID/stat (without forking: it runs per process).
+read_stat() {
   local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  echo "${stat% "${stat#* * }"}"
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  read -r st_state st_ppid _ <<<"${stat##*) }"
 }
 
-running() {
-  local s
-  s=$(state_ppid "$1") && [[ ${s%% *} != [ZX] ]]
-}
+running() { read_stat "$1" && [[ $st_state != [ZX] ]]; }
 
 # stop GRACE PID...: SIGTERM, then after GRACE seconds SIGKILL; return once all are gone.
 stop() {
@@ -42,7 +38,7 @@ stop() {
       ((SECONDS < end)) || break
       sleep 0.1
     done
-    [[ -n $signal ]] || { echo "down.sh: still running: ${left[*]}" >&2; return 1; }
+    [[ -n $signal ]] || { echo "down.sh: still running after SIGKILL: ${left[*]}" >&2; return 1; }
     kill "-$signal" "${left[@]}" 2>/dev/null || true
     end=$((SECONDS + 5))
   done
@@ -54,7 +50,7 @@ pids() {
   pid=$(pid_of "$1" "$2") || return 0
   echo "$pid"
   for p in /proc/[0-9]*; do
-    [[ $(state_ppid "${p#/proc/}") == *" $pid" ]] && echo "${p#/proc/}"
+    read_stat "${p#/proc/}" && [[ $st_ppid == "$pid" ]] && echo "${p#/proc/}"
   done
   return 0
 }
@@ -72,12 +68,15 @@ node_pids() {
   return 0
 }
 
-slurm=($(pids "$RUN/slurmctld.pid" slurmctld) $(node_pids))
+rc=0
+slurm=($(pids "$RUN/slurmctld.pid" slurmctld))
 for n in "${NODES[@]}"; do slurm+=($(pids "$RUN/slurmd-$n.pid" slurmd)); done
-stop 5 "${slurm[@]}"
-stop 5 $(pids "$RUN/slurmdbd.pid" slurmdbd)
-stop 15 $(pids "$RUN/mariadbd.pid" mariadbd)
-stop 5 $(pids "$MUNGE_PID" munged)
+stop 5 "${slurm[@]}" || rc=1
+stop 0 $(node_pids) || rc=1
+stop 5 $(pids "$RUN/slurmdbd.pid" slurmdbd) || rc=1
+stop 15 $(pids "$RUN/mariadbd.pid" mariadbd) || rc=1
+stop 5 $(pids "$MUNGE_PID" munged) || rc=1
+((rc)) && exit "$rc"
 rm -f "$RUN"/*.pid "$RUN"/*.ns "$MUNGE_PID"
 
 if ((PURGE)) && [[ -d $DIR ]]; then

@@ -3,7 +3,8 @@
 # Usage: up.sh [--accounting]   (or SLURMKIT_TEST_ACCOUNTING=1)
 # State lives in $SLURMKIT_TEST_CLUSTER_DIR (default /tmp/slurmkit-cluster). Progress goes to
 # stderr; the last stdout line is the path for SLURM_CONF. Exit 3: the cluster cannot be
-# started here (not root, no packages and no apt-get, no namespaces); the reason is on stderr.
+# started here (not root, packages missing and not installable, no namespaces); the reason is
+# the last line on stderr.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/common.sh"
@@ -61,7 +62,7 @@ AccountingStoragePass=$MUNGE_SOCKET"
   printf '%s\n' "${t//@ACCOUNTING@/"$acct"}"
 }
 
-node_states() { sinfo -h -N -o '%N %t' | sort -u; }
+node_states() { timeout 10 sinfo -h -N -o '%N %t' | sort -u; }
 
 # Every daemon of ours runs and every node is usable (jobs may be running).
 healthy() {
@@ -72,7 +73,7 @@ healthy() {
   if ((ACCT)); then
     pid_of "$RUN/mariadbd.pid" mariadbd >/dev/null && pid_of "$RUN/slurmdbd.pid" slurmdbd >/dev/null || return 1
   fi
-  states=$(timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u) || return 1
+  states=$(node_states 2>/dev/null) || return 1
   [[ $(grep -cE '^n[1-4] (idle|alloc|mix|comp)$' <<<"$states") == "${#NODES[@]}" ]]
 }
 
@@ -97,7 +98,7 @@ start_munge() {
   [[ -s $key ]] || dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
   chmod 0400 "$key"
   munged --socket="$MUNGE_SOCKET" --pid-file="$MUNGE_PID" --log-file="$DIR/munge/munged.log" \
-    --seed-file="$DIR/munge/munged.seed" --key-file="$key" </dev/null >/dev/null 2>&1 ||
+    --seed-file="$DIR/munge/munged.seed" --key-file="$key" </dev/null >/dev/null 2>&1 9>&- ||
     { show_logs; say "munged failed to start"; exit 1; }
   wait_for 10 munged munge --socket="$MUNGE_SOCKET" --string=ping
 }
@@ -110,7 +111,7 @@ start_accounting() {
     { show_logs; say "mariadb-install-db failed"; exit 1; }
   setsid mariadbd --no-defaults --datadir="$DIR/mysql" --socket="$DB_SOCKET" --port="$DB_PORT" \
     --bind-address=127.0.0.1 --skip-name-resolve --pid-file="$RUN/mariadbd.pid" \
-    --log-error="$DIR/log/mariadbd.log" --user=root </dev/null >/dev/null 2>&1 &
+    --log-error="$DIR/log/mariadbd.log" --user=root </dev/null >/dev/null 2>&1 9>&- &
   wait_for 60 mariadbd db -e 'SELECT 1'
   db -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
          GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
@@ -131,14 +132,14 @@ StoragePass=slurm
 StorageLoc=slurm_acct_db
 EOF
   )
-  slurmdbd </dev/null >/dev/null 2>&1 || { show_logs; say "slurmdbd failed to start"; exit 1; }
+  slurmdbd </dev/null >/dev/null 2>&1 9>&- || { show_logs; say "slurmdbd failed to start"; exit 1; }
   wait_for 60 slurmdbd sacctmgr -n list cluster
   sacctmgr -n -P list cluster format=cluster | grep -qx slurmkit || sacctmgr -i add cluster slurmkit >&2
 }
 
 start_slurmctld() {
-  slurmctld -f "$CONF" </dev/null >/dev/null 2>&1 || { show_logs; say "slurmctld failed to start"; exit 1; }
-  wait_for 30 slurmctld sinfo -h
+  slurmctld -f "$CONF" </dev/null >/dev/null 2>&1 9>&- || { show_logs; say "slurmctld failed to start"; exit 1; }
+  wait_for 30 slurmctld scontrol ping
   # Recovered state: cancel jobs of an earlier run (nodes are not up yet, so none can start)
   # and clear node states a test left behind (DRAIN and DOWN survive a restart).
   scancel --user=root >&2 || true
@@ -150,13 +151,15 @@ start_slurmctld() {
 start_slurmd() {
   unshare --uts --mount --propagation private /bin/sh -c \
     'hostname "$1" && mount --bind "$2" /etc/hosts && exec slurmd -f "$3" -N "$1"' \
-    sh "$1" "$DIR/hosts" "$CONF" </dev/null >>"$DIR/log/slurmd-$1.out" 2>&1 ||
+    sh "$1" "$DIR/hosts" "$CONF" </dev/null >>"$DIR/log/slurmd-$1.out" 2>&1 9>&- ||
     { show_logs; say "slurmd $1 failed to start"; exit 1; }
 }
 
-mkdir -p "$DIR"
-exec 9>"$DIR/up.lock"
-flock 9
+if ((EUID == 0)); then
+  mkdir -p "$DIR"
+  exec 9>"$DIR/up.lock"  # daemons start with 9>&- so that they do not hold the lock
+  flock 9
+fi
 
 # Keep accounting when it already runs, so a plain up.sh never takes it away.
 if ((!ACCT)) && grep -q accounting_storage/slurmdbd "$CONF" 2>/dev/null &&
@@ -187,7 +190,7 @@ else
     node_ns "$(pid_of "$RUN/slurmd-$n.pid" slurmd)" >"$RUN/slurmd-$n.ns"
   done
   wait_for "$TIMEOUT" "${#NODES[*]} idle nodes" all_idle
+  echo "export SLURM_CONF=$CONF SLURMKIT_TEST_CLUSTER_DIR=$DIR" >"$DIR/env.sh"
   say "cluster up in $(((${EPOCHREALTIME/./} - start) / 1000)) ms ($(slurmctld -V))"
 fi
-echo "export SLURM_CONF=$CONF SLURMKIT_TEST_CLUSTER_DIR=$DIR" >"$DIR/env.sh"
 echo "$CONF"
