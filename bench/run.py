@@ -76,8 +76,12 @@ def bench_local(repeat: int, n: int = 40) -> None:
 
 
 def _cluster_env() -> dict[str, str]:
+    """The user's cluster (SLURM_CONF), or a fresh private test cluster: held and cancelled
+    arrays stay in slurmctld's memory for MinJobAge, so earlier runs would fill MaxJobCount."""
     if os.environ.get("SLURM_CONF"):
         return dict(os.environ)
+    subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "down.sh"), "--purge"],
+                   capture_output=True)
     up = subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "up.sh")], capture_output=True,
                         text=True)
     if up.returncode != 0:

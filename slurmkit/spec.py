@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from . import slurmtime
@@ -85,23 +85,26 @@ class SweepSpec:
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     source: str = CLI
+    params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict that :func:`from_dict` reads back to an equal spec (params canonical)."""
-        data = asdict(self)
-        data.pop("source")
-        data["command"] = list(self.command)
-        data["params"] = {k: canonical_domain(v) for k, v in self.params.items()}
+        """A plain dict that :func:`from_dict` reads back to an equal spec.
+
+        Parameters keep the form they were written in (``range(0,10000)`` stays short).
+        """
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("source", "params_text", "params")}
+        data.update(command=list(self.command), resources=asdict(self.resources),
+                    env=dict(self.env))
+        data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}
         return data
 
 
-def canonical_domain(domain: Domain) -> Any:
-    """The YAML form that parses back to ``domain``: a list for grids, a string for randoms."""
+def _written(domain: Domain) -> Any:
+    """A YAML form that parses back to ``domain`` (for parameters set from Python)."""
     if isinstance(domain, Distribution):
         return f"{domain.name}({format_value(domain.low)}, {format_value(domain.high)})"
-    if isinstance(domain, Sweep):
-        return list(domain.values)
-    return [domain]
+    return list(domain.values) if isinstance(domain, Sweep) else [domain]
 
 
 def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
@@ -138,8 +141,9 @@ def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
         data = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
-    params = _param_space(data.get("params"), path)
-    for ov in parsed:
+    texts: dict[str, Any] = {}
+    params = _param_space(data.get("params"), path, texts)
+    for ov, text in zip(parsed, overrides):
         if ov.key.split(".")[0] != "params":
             continue
         sub = ov.key[len("params."):]
@@ -149,17 +153,20 @@ def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
             if sub not in params:
                 raise SpecError("no such parameter to delete", file=CLI, key=ov.key)
             del params[sub]
+            texts.pop(sub, None)
         else:
             params[sub] = _single(ov.value)
+            texts[sub] = text.split("=", 1)[1]
     data["params"] = params
-    return validate(data, path)
+    return validate(data, path, texts)
 
 
 def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
     """Validate a plain dict (as written by :meth:`SweepSpec.to_dict`)."""
     data = dict(data)
-    data["params"] = _param_space(data.get("params"), source)
-    return validate(data, source)
+    texts: dict[str, Any] = {}
+    data["params"] = _param_space(data.get("params"), source, texts)
+    return validate(data, source, texts)
 
 
 def _parse_cli(text: str):
@@ -185,8 +192,9 @@ def _single(domain: Domain) -> Domain:
     return domain.values[0] if isinstance(domain, Sweep) and len(domain.values) == 1 else domain
 
 
-def _param_space(raw: Any, source: str, prefix: str = "params") -> dict[str, Domain]:
-    """Flatten ``params`` into ``{dotted_key: domain}``."""
+def _param_space(raw: Any, source: str, texts: dict[str, Any],
+                 prefix: str = "params") -> dict[str, Domain]:
+    """Flatten ``params`` into ``{dotted_key: domain}``; ``texts`` gets each one as written."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -198,8 +206,11 @@ def _param_space(raw: Any, source: str, prefix: str = "params") -> dict[str, Dom
         if not key or key.startswith(".") or key.endswith("."):
             raise SpecError("empty parameter name", file=source, key=full)
         if isinstance(value, Mapping):
-            for sub, dom in _param_space(value, source, full).items():
+            sub_texts: dict[str, Any] = {}
+            for sub, dom in _param_space(value, source, sub_texts, full).items():
                 space[f"{key}.{sub}"] = dom
+                texts[f"{key}.{sub}"] = sub_texts[sub]
+            continue
         elif isinstance(value, list):
             space[key] = _single(Sweep(tuple(value)))
         elif isinstance(value, str):
@@ -212,10 +223,12 @@ def _param_space(raw: Any, source: str, prefix: str = "params") -> dict[str, Dom
                                 "or put it in a list: [text]") from None
         else:
             space[key] = value
+        texts[key] = value
     return space
 
 
-def validate(data: Mapping[str, Any], source: str) -> SweepSpec:
+def validate(data: Mapping[str, Any], source: str,
+             params_text: dict[str, Any] | None = None) -> SweepSpec:
     """Check every key and type; raise SpecError naming the file and key."""
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
@@ -256,7 +269,7 @@ def validate(data: Mapping[str, Any], source: str) -> SweepSpec:
         name=name, command=command, params=dict(params), args=args, num_samples=num_samples,
         seed=seed, max_parallel=max_parallel, output_root=output_root,
         resources=_resources(data.get("resources"), source), env=_env(data.get("env"), source),
-        workdir=workdir, source=source,
+        workdir=workdir, source=source, params_text=dict(params_text or {}),
     )
 
 

@@ -1,0 +1,775 @@
+"""Atomic, checksummed checkpoints on a local directory or any fsspec URL (stdlib only at import).
+
+Layout under ``root``::
+
+    step-000000001200/
+        COMMIT.json          the commit record: the checkpoint exists only once this file does
+        state-1f2e3d4c.pt    torch.save output (``.pkl``: plain pickle; ``dcp-<token>/``: sharded)
+        .tmp-...             a write in progress, or a crash's leftover: never read, removed later
+
+A save writes each file under a ``.tmp-`` name, flushes and fsyncs it, renames it into place,
+fsyncs the directory, then writes ``COMMIT.json`` (step, files, sizes, CRC32s, time) the same
+way. Readers trust only committed checkpoints whose files match their record, so a kill at any
+point leaves the previous checkpoint loadable. Older checkpoints are pruned (``keep``) only
+after the new commit is durable.
+
+The state is written with ``torch.save`` when torch is imported (tensors, state dicts, anything
+picklable), else with pickle; checkpoints are trusted like code (``weights_only=False``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import json
+import os
+import pickle
+import re
+import secrets
+import shutil
+import sys
+import threading
+import time
+import warnings
+import weakref
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, BinaryIO, Callable, Iterator
+
+COMMIT = "COMMIT.json"
+_TMP = ".tmp-"
+_STEP_DIR = re.compile(r"step-(\d+)")
+_BIG = 1 << 20  # writes from this size on overlap the CRC with the I/O
+_CHUNK = 8 << 20
+_torch_save_lock = threading.Lock()
+
+
+class CheckpointError(OSError):
+    """A checkpoint could not be written or read; the message names the path and the reason."""
+
+    def __init__(self, message: str, *, errno: int | None = None, path: str | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.path = path
+
+
+class _Invalid(Exception):
+    """A committed checkpoint whose files do not match its record."""
+
+
+def _failure(exc: BaseException, action: str, path: str) -> CheckpointError:
+    reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or repr(exc)
+    return CheckpointError(f"{action}: {path}: {reason}", errno=getattr(exc, "errno", None),
+                           path=path)
+
+
+# --- storage: a local directory (os, with fsync) or an fsspec filesystem ----------------------
+
+class _LocalSink:
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+
+    def write(self, view: memoryview) -> None:
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def commit(self) -> None:
+        os.fsync(self.fd)
+        os.close(self.fd)
+
+    def abort(self) -> None:
+        os.close(self.fd)
+
+
+class _Local:
+    sep = os.sep
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+
+    def url(self, path: str) -> str:
+        return path
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return os.listdir(path)
+        except FileNotFoundError:
+            return []
+
+    def sink(self, path: str) -> _LocalSink:
+        return _LocalSink(path)
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def open(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def walk(self, path: str) -> dict[str, int]:
+        return {os.path.relpath(os.path.join(d, f), path): os.stat(os.path.join(d, f)).st_size
+                for d, _, files in os.walk(path) for f in files}
+
+    def remove(self, path: str) -> None:
+        """Remove a file or a whole directory."""
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+class _RemoteSink:
+    def __init__(self, fs: Any, path: str) -> None:
+        self.fh = fs.open(path, "wb")
+
+    def write(self, view: memoryview) -> None:
+        self.fh.write(view)
+
+    def commit(self) -> None:
+        self.fh.close()
+
+    def abort(self) -> None:
+        discard = getattr(self.fh, "discard", None)  # multipart uploads: drop the parts
+        if discard is not None:
+            discard()
+        self.fh.close()
+
+
+class _Remote:
+    """Any fsspec filesystem. ``mv`` may be copy+delete there: the commit record keeps it safe."""
+
+    sep = "/"
+
+    def __init__(self, fs: Any, root: str) -> None:
+        self.fs, self.root = fs, root.rstrip("/")
+
+    def url(self, path: str) -> str:
+        return self.fs.unstrip_protocol(path)
+
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+
+    def listdir(self, path: str) -> list[str]:
+        self.fs.invalidate_cache(path)
+        try:
+            return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def sink(self, path: str) -> _RemoteSink:
+        return _RemoteSink(self.fs, path)
+
+    def replace(self, src: str, dst: str) -> None:
+        self.fs.mv(src, dst)
+
+    def sync_dir(self, path: str) -> None:
+        pass
+
+    def open(self, path: str) -> BinaryIO:
+        return self.fs.open(path, "rb")
+
+    def size(self, path: str) -> int:
+        return int(self.fs.size(path))
+
+    def walk(self, path: str) -> dict[str, int]:
+        found = self.fs.find(path, detail=True)
+        return {name[len(path):].lstrip("/"): int(info["size"]) for name, info in found.items()}
+
+    def remove(self, path: str) -> None:
+        self.fs.rm(path, recursive=True)
+
+
+def _storage(root: str | os.PathLike[str]) -> _Local | _Remote:
+    root = os.fspath(root)
+    if "://" not in root and "::" not in root:
+        return _Local(root)
+    from fsspec.core import url_to_fs
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, path = url_to_fs(root)
+    return _Local(path) if isinstance(fs, LocalFileSystem) else _Remote(fs, path)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+class _Writer:
+    """File-like sink for pickle/torch.save: counts and CRC32s every byte on its way out.
+
+    Small writes are buffered; a large one is written by ``pool``'s thread while this thread
+    computes its CRC (both release the GIL), so the checksum costs no extra time.
+    """
+
+    def __init__(self, sink: _LocalSink | _RemoteSink, pool: ThreadPoolExecutor) -> None:
+        self.sink, self.pool = sink, pool
+        self.buf = bytearray()
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data: Any) -> int:
+        with memoryview(data) as raw, raw.cast("B") as view:
+            n = len(view)
+            if n < _BIG:
+                self.buf += view
+                if len(self.buf) >= _BIG:
+                    self.flush()
+            else:
+                self.flush()
+                self._out(view)
+        return n
+
+    def flush(self) -> None:
+        if self.buf:
+            with memoryview(self.buf) as view:
+                self._out(view)
+            self.buf.clear()
+
+    def _out(self, view: memoryview) -> None:
+        if len(view) >= _BIG:
+            done = self.pool.submit(self.sink.write, view)
+            self.crc = zlib.crc32(view, self.crc)
+            done.result()
+        else:
+            self.sink.write(view)
+            self.crc = zlib.crc32(view, self.crc)
+        self.size += len(view)
+
+
+def _torch_dump(obj: Any, fh: _Writer) -> None:
+    """``torch.save`` without torch's own per-record CRC32: the commit record's CRC covers it."""
+    import torch
+
+    with _torch_save_lock:
+        compute = torch.serialization.get_crc32_options()
+        torch.serialization.set_crc32_options(False)
+        try:
+            torch.save(obj, fh)
+        finally:
+            torch.serialization.set_crc32_options(compute)
+
+
+# --- async snapshots ----------------------------------------------------------------------------
+
+class _Snapshot:
+    """Copies a state's tensors into host buffers reused from one save to the next.
+
+    CUDA tensors go into pinned buffers with non-blocking copies and one synchronize, so the
+    caller is blocked only for the device-to-host copy. Tensors sharing a storage still share
+    one afterwards; containers are rebuilt, other objects deep-copied.
+    """
+
+    def __init__(self) -> None:
+        self.buffers: list[Any] = []
+
+    def take(self, state: Any) -> Any:
+        import torch
+
+        self.torch = torch
+        self.memo: dict[tuple[int, str], Any] = {}
+        self.devices: set[Any] = set()
+        try:
+            out = self._copy(state)
+            for device in self.devices:
+                torch.cuda.synchronize(device)
+        finally:
+            del self.memo
+        return out
+
+    def _copy(self, obj: Any) -> Any:
+        torch = self.torch
+        if isinstance(obj, torch.Tensor):
+            return self._tensor(obj)
+        if isinstance(obj, dict):
+            out = copy.copy(obj)  # keeps the type and attributes such as a state dict's _metadata
+            for key, value in obj.items():
+                out[key] = self._copy(value)
+            return out
+        if type(obj) is list:
+            return [self._copy(v) for v in obj]
+        if isinstance(obj, tuple):
+            items = [self._copy(v) for v in obj]
+            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+        return copy.deepcopy(obj)
+
+    def _tensor(self, t: Any) -> Any:
+        torch = self.torch
+        if (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided
+                or t.is_quantized or t.device.type == "meta"):
+            return t.detach().to("cpu", copy=True)
+        storage = t.untyped_storage()
+        key = (storage.data_ptr(), str(t.device))
+        buf = self.memo.get(key)
+        if buf is None:
+            buf = self._buffer(len(self.memo), storage.nbytes(), t.device.type == "cuda")
+            buf.copy_(storage, non_blocking=t.device.type == "cuda")
+            if t.device.type == "cuda":
+                self.devices.add(t.device)
+            self.memo[key] = buf
+        out = torch.empty(0, dtype=t.dtype).set_(buf, t.storage_offset(), t.size(), t.stride())
+        return torch.nn.Parameter(out, t.requires_grad) if isinstance(t, torch.nn.Parameter) else out
+
+    def _buffer(self, index: int, nbytes: int, pinned: bool) -> Any:
+        if index < len(self.buffers):
+            buf = self.buffers[index]
+            if buf.nbytes() == nbytes and buf.is_pinned() == pinned:
+                return buf
+        buf = self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=pinned).untyped_storage()
+        if index < len(self.buffers):
+            self.buffers[index] = buf
+        else:
+            self.buffers.append(buf)
+        return buf
+
+
+# --- the checkpointer ---------------------------------------------------------------------------
+
+_open: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+
+
+@atexit.register
+def _wait_all() -> None:
+    for ckpt in list(_open):
+        try:
+            ckpt.wait()
+        except BaseException as exc:  # noqa: BLE001 - nothing left to raise it to
+            print(f"slurmkit.checkpoint: last checkpoint not saved: {exc}", file=sys.stderr)
+
+
+def _skipping(step: int, why: Exception) -> None:
+    warnings.warn(f"slurmkit.checkpoint: skipping step {step}: {why}", RuntimeWarning, stacklevel=4)
+
+
+def _rank() -> int:
+    if _distributed():
+        return int(sys.modules["torch.distributed"].get_rank())
+    return int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
+
+
+def agree_step(step: int | None) -> int | None:
+    """The step every rank can resume from: the minimum of ``step`` over all ranks.
+
+    ``None`` (no checkpoint) on any rank gives ``None``. Without an initialized
+    ``torch.distributed`` this returns ``step`` itself.
+    """
+    if not _distributed():
+        return step
+    agreed = _collective(-1 if step is None else step, "min")
+    return None if agreed < 0 else agreed
+
+
+def _distributed() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+def _collective(value: int, op: str) -> int:
+    """``value`` reduced over all ranks (``"min"``), or rank 0's (``"broadcast"``)."""
+    import torch
+    import torch.distributed as dist
+
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    if op == "min":
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    else:
+        dist.broadcast(tensor, src=0)
+    return int(tensor.item())
+
+
+class Checkpointer:
+    """Saves and loads checkpoints under ``root`` (a directory or an fsspec URL).
+
+    ``keep``: committed checkpoints kept (the newest by step). ``async_save``: ``save`` takes a
+    snapshot and returns; one background thread writes it. ``rank``: only rank 0 writes in
+    :meth:`save` (replicated state, e.g. DDP); default from torch.distributed, ``RANK`` or
+    ``SLURM_PROCID``. :meth:`save_sharded` is for sharded state (every rank writes).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, keep: int = 3, async_save: bool = False,
+                 rank: int | None = None) -> None:
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self.store = _storage(root)
+        self.root = self.store.root
+        self.keep = keep
+        self.async_save = async_save
+        self._rank = rank
+        self._pool: ThreadPoolExecutor | None = None
+        self._pruning: Future[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._snapshot = _Snapshot()
+        self._verified: dict[int, dict[str, Any]] = {}
+        _open.add(self)
+
+    @property
+    def rank(self) -> int:
+        return _rank() if self._rank is None else self._rank
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _join(self, *parts: str) -> str:
+        return self.store.sep.join([self.root, *parts])
+
+    @staticmethod
+    def _dirname(step: int) -> str:
+        return f"step-{step:012d}"
+
+    # -- saving --
+
+    def save(self, state: Any, step: int) -> None:
+        """Save ``state`` as checkpoint ``step``; a no-op on ranks other than 0.
+
+        Synchronous: returns once the checkpoint is committed. Asynchronous: waits for the
+        previous write, snapshots ``state`` (tensors to host memory) and returns.
+        """
+        if step < 0:
+            raise ValueError(f"step must be >= 0, not {step}")
+        self.wait()
+        if self.rank != 0:
+            return
+        use_torch = "torch" in sys.modules
+        if not self.async_save:
+            self._write(state, step, use_torch)
+            return
+        snap = self._snapshot.take(state) if use_torch else pickle.dumps(state, protocol=5)
+        self._thread = threading.Thread(target=self._background, args=(snap, step, use_torch),
+                                        name=f"slurmkit-checkpoint-{step}")
+        self._thread.start()
+
+    def _background(self, snap: Any, step: int, use_torch: bool) -> None:
+        try:
+            self._write(snap, step, use_torch, pickled=not use_torch)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the next save/wait/close
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait for the pending asynchronous write and pruning; raise the write's error, if any."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        self._pruned()
+
+    def _pruned(self) -> None:
+        if self._pruning is not None:
+            self._pruning.result()
+            self._pruning = None
+
+    def close(self) -> None:
+        """Wait for the pending write and pruning; release the I/O thread and snapshot buffers."""
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            self._pruning = None
+            self._snapshot = _Snapshot()
+            _open.discard(self)
+
+    def _io(self) -> ThreadPoolExecutor:
+        """The helper thread: file writes overlapping the CRC, then pruning after a commit."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurmkit-checkpoint-io")
+        return self._pool
+
+    def _write(self, state: Any, step: int, use_torch: bool, pickled: bool = False) -> None:
+        self._pruned()  # pruning must not see this save's uncommitted directory
+        name = self._dirname(step)
+        directory = self._join(name)
+        fresh = self._record_or_none(name) is None
+        data = f"state-{secrets.token_hex(4)}.{'pt' if use_torch else 'pkl'}"
+        if pickled:
+            dump: Callable[[_Writer], None] = lambda fh: fh.write(state)
+        elif use_torch:
+            dump = lambda fh: _torch_dump(state, fh)
+        else:
+            dump = lambda fh: pickle.dump(state, fh, protocol=5)
+        try:
+            self.store.makedirs(directory)
+            if fresh:
+                self.store.sync_dir(self.root)
+            files = {data: self._write_file(directory, data, dump)}
+            record = {"format": 1, "step": step, "kind": "torch" if use_torch else "pickle",
+                      "time": time.time(), "files": files}
+            self._commit(directory, record)
+        except BaseException as exc:
+            self._discard(directory, data if not fresh else None)
+            if isinstance(exc, OSError):
+                raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
+            raise
+        self._verified[step] = record
+        self._pruning = self._io().submit(self._prune, step)
+
+    def _write_file(self, directory: str, name: str, dump: Callable[[_Writer], None]) -> dict:
+        tmp = self.store.sep.join([directory, f"{_TMP}{name}.{secrets.token_hex(4)}"])
+        sink = self.store.sink(tmp)
+        try:
+            fh = _Writer(sink, self._io())
+            dump(fh)
+            fh.flush()
+            sink.commit()
+        except BaseException:
+            try:
+                sink.abort()
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            self._remove(tmp)
+            raise
+        try:
+            self.store.replace(tmp, self.store.sep.join([directory, name]))
+        except BaseException:
+            self._remove(tmp)
+            raise
+        return {"size": fh.size, "crc32": fh.crc}
+
+    def _commit(self, directory: str, record: dict[str, Any]) -> None:
+        self.store.sync_dir(directory)
+        body = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+        self._write_file(directory, COMMIT, lambda fh: fh.write(body))
+        self.store.sync_dir(directory)
+
+    def _remove(self, path: str) -> None:
+        try:
+            self.store.remove(path)
+        except OSError:
+            pass
+
+    def _discard(self, directory: str, data: str | None) -> None:
+        """After a failed save: drop its data file, or the whole directory if it was new."""
+        self._remove(directory if data is None else self.store.sep.join([directory, data]))
+
+    def _prune(self, current: int) -> None:
+        """Keep the newest ``keep`` committed checkpoints (and ``current``); remove the rest."""
+        try:
+            dirs = self._dirs()
+            records = {step: self._record_or_none(name) for step, name in dirs.items()}
+            committed = sorted(step for step, rec in records.items() if rec is not None)
+            kept = set(committed[-self.keep:]) | {current}
+            for step, name in dirs.items():
+                if step not in kept:
+                    if records[step] is not None:
+                        self.store.remove(self._join(name, COMMIT))
+                    self.store.remove(self._join(name))
+                    self._verified.pop(step, None)
+                elif records[step] is not None:
+                    used = {f.split("/")[0] for f in records[step]["files"]} | {COMMIT}
+                    for entry in self.store.listdir(self._join(name)):
+                        if entry not in used:
+                            self.store.remove(self._join(name, entry))
+        except OSError as exc:
+            warnings.warn(f"slurmkit.checkpoint: pruning {self.root} failed: {exc}",
+                          RuntimeWarning, stacklevel=2)
+
+    # -- reading --
+
+    def _dirs(self) -> dict[int, str]:
+        found = {}
+        for entry in self.store.listdir(self.root):
+            match = _STEP_DIR.fullmatch(entry)
+            if match:
+                found[int(match.group(1))] = entry
+        return found
+
+    def _record(self, name: str) -> dict[str, Any] | None:
+        """The commit record of step directory ``name``; ``None`` if it has none (yet).
+
+        Raises :class:`_Invalid` for a damaged record."""
+        try:
+            with self.store.open(self._join(name, COMMIT)) as fh:
+                record = json.loads(fh.read())
+            ok = (record["step"] == int(name[5:]) and isinstance(record["files"], dict)
+                  and all(isinstance(v["size"], int) for v in record["files"].values()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            ok = False
+        if not ok:
+            raise _Invalid(f"damaged commit record {self._join(name, COMMIT)}")
+        return record
+
+    def _record_or_none(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._record(name)
+        except _Invalid:
+            return None
+
+    def _committed(self, kinds: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+        """Committed checkpoints of these kinds, newest first (files not yet verified)."""
+        out = []
+        for step, name in sorted(self._dirs().items(), reverse=True):
+            try:
+                record = self._record(name)
+            except _Invalid as exc:
+                _skipping(step, exc)
+                continue
+            if record is not None and record.get("kind") in kinds:
+                out.append((step, record))
+        return out
+
+    def steps(self) -> list[int]:
+        """Steps of the committed checkpoints, oldest first (files not verified)."""
+        return [step for step, _ in reversed(self._committed(("torch", "pickle", "dcp")))]
+
+    def _verify(self, step: int, record: dict[str, Any]) -> None:
+        if self._verified.get(step) == record:
+            return
+        directory = self._join(self._dirname(step))
+        for rel, info in record["files"].items():
+            path = self.store.sep.join([directory, rel])
+            try:
+                size, crc = self._checksum(path) if "crc32" in info else (self.store.size(path), None)
+            except FileNotFoundError:
+                raise _Invalid(f"missing {path}") from None
+            if size != info["size"]:
+                raise _Invalid(f"{path} has {size} bytes, its record says {info['size']}")
+            if crc != info.get("crc32"):
+                raise _Invalid(f"checksum mismatch in {path}")
+        self._verified[step] = record
+
+    def _checksum(self, path: str) -> tuple[int, int]:
+        size, crc = 0, 0
+        buf = bytearray(_CHUNK)
+        with self.store.open(path) as fh, memoryview(buf) as view:
+            while n := fh.readinto(view):
+                crc = zlib.crc32(view[:n], crc)
+                size += n
+        return size, crc
+
+    def _valid(self, kinds: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Committed checkpoints whose files check out, newest first; warns about the others."""
+        for step, record in self._committed(kinds):
+            try:
+                self._verify(step, record)
+            except _Invalid as exc:
+                _skipping(step, exc)
+                continue
+            yield step, record
+
+    def latest_step(self) -> int | None:
+        """The newest step whose checkpoint is committed and checks out, or ``None``."""
+        try:
+            for step, _ in self._valid(("torch", "pickle", "dcp")):
+                return step
+        except OSError as exc:
+            raise _failure(exc, "cannot read checkpoints", self.root) from exc
+        return None
+
+    def load(self, step: int, *, map_location: Any = "cpu") -> Any:
+        """The state saved as ``step``; :class:`CheckpointError` if it is missing or damaged."""
+        name = self._dirname(step)
+        try:
+            record = self._record(name)
+            if record is None or record.get("kind") not in ("torch", "pickle"):
+                raise _Invalid("no committed torch/pickle checkpoint there")
+            self._verify(step, record)
+            return self._deserialize(step, record, map_location)
+        except _Invalid as exc:
+            raise CheckpointError(f"checkpoint step {step}: {self._join(name)}: {exc}") from None
+        except OSError as exc:
+            raise _failure(exc, f"cannot read checkpoint step {step}", self._join(name)) from exc
+
+    def load_latest(self, *, map_location: Any = "cpu") -> tuple[int, Any] | None:
+        """``(step, state)`` of the newest valid checkpoint, or ``None``.
+
+        Torn, corrupt or half-written checkpoints are skipped with a warning; an error in
+        unpickling a checkpoint that checks out is raised.
+        """
+        try:
+            for step, record in self._valid(("torch", "pickle")):
+                return step, self._deserialize(step, record, map_location)
+        except OSError as exc:
+            raise _failure(exc, "cannot read checkpoints", self.root) from exc
+        return None
+
+    def resume(self, *, map_location: Any = "cpu") -> tuple[int, Any] | None:
+        """Like :meth:`load_latest`, at the newest step valid on every rank (:func:`agree_step`)."""
+        step = agree_step(self.latest_step())
+        return None if step is None else (step, self.load(step, map_location=map_location))
+
+    def _deserialize(self, step: int, record: dict[str, Any], map_location: Any) -> Any:
+        (name,) = record["files"]
+        path = self._join(self._dirname(step), name)
+        if record["kind"] == "pickle":
+            with self.store.open(path) as fh:
+                return pickle.load(fh)
+        import torch
+
+        if isinstance(self.store, _Local):
+            return torch.load(path, map_location=map_location, weights_only=False)
+        with self.store.open(path) as fh:
+            return torch.load(fh, map_location=map_location, weights_only=False)
+
+    # -- sharded state: torch.distributed.checkpoint --
+
+    def save_sharded(self, state_dict: dict[str, Any], step: int) -> None:
+        """Every rank: save sharded ``state_dict`` with torch.distributed.checkpoint, then commit.
+
+        DCP writes (and fsyncs) each rank's shards into ``step-N/dcp-<token>/``; rank 0 then
+        writes the commit record (file sizes; DCP keeps its own metadata) and prunes.
+        """
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        self.wait()
+        name = self._dirname(step)
+        token = secrets.randbits(32)
+        sub = f"dcp-{_collective(token, 'broadcast') if _distributed() else token:08x}"
+        directory = self._join(name)
+        try:
+            if self.rank == 0:
+                self.store.makedirs(directory)
+            dcp.save(state_dict, checkpoint_id=self.store.url(self._join(name, sub)))
+            if _distributed():
+                dist.barrier()
+            if self.rank == 0:
+                files = {f"{sub}/{rel.replace(os.sep, '/')}": {"size": size}
+                         for rel, size in self.store.walk(self._join(name, sub)).items()}
+                record = {"format": 1, "step": step, "kind": "dcp", "time": time.time(),
+                          "files": files}
+                self._commit(directory, record)
+                self._verified[step] = record
+        except OSError as exc:
+            raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
+        if self.rank == 0:
+            self._prune(step)
+        if _distributed():
+            dist.barrier()
+
+    def load_sharded(self, state_dict: dict[str, Any]) -> int | None:
+        """Every rank: load the newest sharded checkpoint valid on all ranks into ``state_dict``
+        in place (DCP reshards as needed); returns its step, or ``None`` when there is none."""
+        import torch.distributed.checkpoint as dcp
+
+        try:
+            valid = [step for step, _ in self._valid(("dcp",))][:1]
+        except OSError as exc:
+            raise _failure(exc, "cannot read checkpoints", self.root) from exc
+        step = agree_step(valid[0] if valid else None)
+        if step is None:
+            return None
+        record = self._record(self._dirname(step))
+        if record is None:
+            raise CheckpointError(f"checkpoint step {step} vanished while loading: {self.root}")
+        sub = next(iter(record["files"])).split("/")[0]
+        dcp.load(state_dict, checkpoint_id=self.store.url(self._join(self._dirname(step), sub)))
+        return step
