@@ -7,6 +7,7 @@ import shlex
 
 from . import __version__
 from .plan import Chunk
+from .runtime.contract import REQUEUE_EXIT
 from .spec import SweepSpec
 
 PLAIN_PYTHON = "python3"
@@ -37,6 +38,7 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         f"--array={chunk.array_spec(spec.max_parallel)}",
         f"--output={output}",
         "--open-mode=append",
+        *spec.requeue.sbatch_options(),
         *spec.resources.sbatch_options(),
     ]
     lines = [
@@ -45,10 +47,37 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         f"{len(chunk.indices)} trials from index {chunk.indices[0]}.",
         "# Parameters live in the sweep directory (trials.jsonl), never in this script.",
         *(f"#SBATCH {opt}" for opt in sbatch),
-        "set -eu",
+        "set -u",
         sweep_line,
         f"PY=${{SLURMKIT_PYTHON:-{q(python)}}}",
-        f'exec "$PY" -m slurmkit.runtime task {runtime_args}',
+        *_supervise(f'"$PY" -m slurmkit.runtime task {runtime_args}',
+                    spec.requeue.signal if spec.requeue.enabled else None,
+                    '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'),
         "",
     ]
     return "\n".join(lines)
+
+
+def _supervise(command: str, signal: str | None, job_ref: str) -> list[str]:
+    """The batch shell's part of the requeue contract.
+
+    The work runs in the background; the shell forwards ``signal`` (sent by Slurm ``--signal=B:``
+    before the time limit or on preemption) and TERM to it, waits for it to checkpoint and exit,
+    and on exit code REQUEUE_EXIT requeues this job (array task) from the host, where
+    ``scontrol`` exists even when the work runs in a container.
+    """
+    if signal is None:
+        return [f"exec {command}"]
+    return [
+        "slurmkit_pid=",
+        'slurmkit_forward() { [ -n "$slurmkit_pid" ] && kill -s "$1" "$slurmkit_pid" 2>/dev/null; }',
+        f"trap 'slurmkit_forward {signal}' {signal}",
+        "trap 'slurmkit_forward TERM' TERM",
+        f"{command} &",
+        "slurmkit_pid=$!",
+        'while :; do wait "$slurmkit_pid"; rc=$?; kill -0 "$slurmkit_pid" 2>/dev/null || break; done',
+        f'if [ "$rc" -eq {REQUEUE_EXIT} ]; then',
+        f"  scontrol requeue {job_ref} || echo \"slurmkit: scontrol requeue failed\" >&2",
+        "fi",
+        'exit "$rc"',
+    ]

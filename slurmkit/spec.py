@@ -20,7 +20,11 @@ from .overrides import Distribution, OverrideError, Sweep, format_value, parse_o
 
 ARG_STYLES = ("hydra", "argparse", "none")
 TOP_KEYS = ("name", "command", "args", "params", "num_samples", "seed", "resources",
-            "max_parallel", "output_root", "env", "workdir")
+            "max_parallel", "output_root", "env", "workdir", "requeue")
+REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
+CAUSES = ("preemption", "timeout", "node_failure", "error")
+# Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
+SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
 RESOURCE_KEYS = ("partition", "time", "nodes", "cpus", "gpus", "mem", "account", "qos",
                  "constraint", "extra")
 CLI = "command line"
@@ -70,6 +74,24 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """How a trial survives preemption, time limits, node failures and its own errors.
+
+    ``budgets`` counts requeues per cause; ``None`` is unlimited.
+    """
+
+    enabled: bool = True
+    signal: str = "USR2"
+    lead: int = 120
+    budgets: dict[str, int | None] = field(default_factory=lambda: {
+        "preemption": None, "timeout": 3, "node_failure": 3, "error": 0})
+
+    def sbatch_options(self) -> list[str]:
+        return ["--requeue", f"--signal=B:{self.signal}@{self.lead}"] if self.enabled \
+            else ["--no-requeue"]
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep."""
 
@@ -84,6 +106,7 @@ class SweepSpec:
     output_root: str = "runs"
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    requeue: Requeue = field(default_factory=Requeue)
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -95,7 +118,7 @@ class SweepSpec:
         data = {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("source", "params_text", "params")}
         data.update(command=list(self.command), resources=asdict(self.resources),
-                    env=dict(self.env))
+                    env=dict(self.env), requeue=asdict(self.requeue))
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}
         return data
 
@@ -265,11 +288,13 @@ def validate(data: Mapping[str, Any], source: str,
     workdir = data.get("workdir")
     if workdir is not None:
         workdir = _typed(data, "workdir", str, source, default=None)
+    resources = _resources(data.get("resources"), source)
     return SweepSpec(
         name=name, command=command, params=dict(params), args=args, num_samples=num_samples,
         seed=seed, max_parallel=max_parallel, output_root=output_root,
-        resources=_resources(data.get("resources"), source), env=_env(data.get("env"), source),
+        resources=resources, env=_env(data.get("env"), source),
         workdir=workdir, source=source, params_text=dict(params_text or {}),
+        requeue=_requeue(data.get("requeue"), source, resources.time),
     )
 
 
@@ -401,7 +426,7 @@ def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
     return extra
 
 
-RESUMABLE = ("resources", "max_parallel", "env")
+RESUMABLE = ("resources", "max_parallel", "env", "requeue")
 
 
 def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) -> SweepSpec:
@@ -423,3 +448,41 @@ def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) ->
         else:
             node[parts[-1]] = ov.value
     return from_dict(data, source)
+
+
+def _requeue(raw: Any, source: str, time: str | None) -> Requeue:
+    if raw is None:
+        return Requeue()
+    p = "requeue."
+    if not isinstance(raw, Mapping):
+        raise SpecError("must be a mapping", file=source, key="requeue",
+                        hint=f"allowed keys: {', '.join(REQUEUE_KEYS)}")
+    unknown = [k for k in raw if k not in REQUEUE_KEYS]
+    if unknown:
+        raise SpecError(f"unknown key {unknown[0]!r}", file=source, key=p + str(unknown[0]),
+                        hint=f"allowed keys: {', '.join(REQUEUE_KEYS)}")
+    enabled = _typed(raw, "enabled", bool, source, default=True, prefix=p)
+    sig = str(_typed(raw, "signal", str, source, default="USR2", prefix=p)).upper()
+    sig = sig[3:] if sig.startswith("SIG") else sig
+    if sig not in SIGNALS:
+        raise SpecError(f"{raw.get('signal')!r} is not allowed", file=source, key=p + "signal",
+                        hint=f"allowed values: {', '.join(SIGNALS)}")
+    lead = _positive(raw, "lead", source, default=120, prefix=p)
+    limit = slurmtime.parse_seconds(time) if time else None
+    if limit is not None and lead >= limit:
+        raise SpecError(f"lead {lead} s is not shorter than the time limit ({time})", file=source,
+                        key=p + "lead", hint="the signal must come before the limit")
+    budgets = dict(Requeue().budgets)
+    given = raw.get("budgets") or {}
+    if not isinstance(given, Mapping):
+        raise SpecError("must be a mapping of cause to count", file=source, key=p + "budgets",
+                        hint=f"causes: {', '.join(CAUSES)}; null = unlimited")
+    for cause, count in given.items():
+        if cause not in CAUSES:
+            raise SpecError(f"unknown cause {cause!r}", file=source, key=f"{p}budgets.{cause}",
+                            hint=f"allowed causes: {', '.join(CAUSES)}")
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source,
+                            key=f"{p}budgets.{cause}")
+        budgets[cause] = count
+    return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)

@@ -27,6 +27,7 @@ class TrialStatus:
     host: str | None = None
     job: str | None = None
     reason: str = ""
+    cause: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,7 +117,8 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, i
     last = attempts[-1] if attempts else {}
     t = TrialStatus(row["index"], row["id"], row["params"], states.NOT_SUBMITTED,
                     exit_code=status.get("exit_code") if status else None, attempts=len(attempts),
-                    host=last.get("host"), job=f"{key[0]}_{key[1]}" if key else None)
+                    host=last.get("host"), job=f"{key[0]}_{key[1]}" if key else None,
+                    cause=status.get("cause") if status else None)
     file_state = status.get("state") if status else None
     same_job = bool(key) and (last.get("array_job_id"), last.get("array_task_id")) == \
         (key[0], str(key[1]))
@@ -125,7 +127,9 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, i
     if file_state == states.COMPLETED:
         t.state = states.COMPLETED
     elif task is not None and task.state in states.SLURM_ACTIVE:
-        if same_job and file_state == states.RUNNING:
+        if same_job and file_state == states.REQUEUED:
+            t.state = states.REQUEUED if task.state == "PENDING" else states.from_slurm(task.state)
+        elif same_job and file_state == states.RUNNING:
             t.state = states.RUNNING
         elif same_job and file_state in states.FINAL and file_state != states.TERMINATED \
                 and not task.state.startswith(("PENDING", "REQUEUE")):
@@ -134,7 +138,7 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, i
             t.state = states.from_slurm(task.state)
     elif file_state is not None:
         t.state = file_state
-        if file_state in (states.RUNNING, states.TERMINATED) and not local_live:
+        if file_state in (states.RUNNING, states.TERMINATED, states.REQUEUED) and not local_live:
             # the process is gone: say why, if the scheduler knows
             t.state = states.from_slurm(task.state) if task is not None else (
                 states.TERMINATED if key is None else states.UNKNOWN)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,12 +27,26 @@ resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
     sbatch = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
     assert sbatch == ["#SBATCH --job-name=demo", "#SBATCH --array=0-11%3",
                       "#SBATCH --output=/shared/runs/demo-1/logs/%A_%a.out",
-                      "#SBATCH --open-mode=append", "#SBATCH --partition=low",
+                      "#SBATCH --open-mode=append", "#SBATCH --requeue",
+                      "#SBATCH --signal=B:USR2@120", "#SBATCH --partition=low",
                       "#SBATCH --time=0:05:00", "#SBATCH --nodes=1", "#SBATCH --cpus-per-task=1",
                       "#SBATCH --mem=1G", "#SBATCH --exclusive"]
     for bad in ("rm -rf", "`id`", "it's", "t.py"):
         assert bad not in text
-    assert "-m slurmkit.runtime task --offset 0" in text
+    assert "-m slurmkit.runtime task --offset 0 &" in text
+    assert 'scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_requeue_can_be_switched_off_and_tuned(spec_file):
+    off = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nrequeue: {enabled: false}\n")))
+    text = lib.render_scripts(off, [0], 1001, "/r")[0][1]
+    assert "#SBATCH --no-requeue" in text and "trap" not in text and "exec " in text
+    tuned = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nresources: {time: 10}\n"
+                                        "requeue: {signal: SIGURG, lead: 60, budgets: {timeout: 1}}\n")))
+    text = lib.render_scripts(tuned, [0], 1001, "/r")[0][1]
+    assert "#SBATCH --signal=B:URG@60" in text and "trap 'slurmkit_forward URG' URG" in text
+    assert tuned.requeue.budgets == {"preemption": None, "timeout": 1, "node_failure": 3, "error": 0}
 
 
 def test_split_under_max_array_size(spec_file):

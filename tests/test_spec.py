@@ -87,6 +87,10 @@ def test_round_trip_through_dict(spec_file):
     ("command: x\nparams: {a: 'uniform(2, 1)'}\n", [], "params.a", "cannot read"),
     ("command: x\nparams: {a: [1]}\nnum_samples: 3\n", [], "num_samples", "random parameter"),
     ("command: x\nparams: {a: [1]}\n", ["resources.time=1:00,2:00"], "resources.time", "only params"),
+    ("command: x\nparams: {a: [1]}\nrequeue: {signal: KILL}\n", [], "requeue.signal", "USR2, USR1"),
+    ("command: x\nparams: {a: [1]}\nresources: {time: 2}\nrequeue: {lead: 120}\n", [], "requeue.lead", "shorter"),
+    ("command: x\nparams: {a: [1]}\nrequeue: {budgets: {oom: 1}}\n", [], "requeue.budgets.oom", "preemption, timeout"),
+    ("command: x\nparams: {a: [1]}\nrequeue: {budgets: {timeout: -1}}\n", [], "requeue.budgets.timeout", "count >= 0"),
 ])
 def test_bad_input_names_file_and_key(spec_file, body, overrides, key, needle):
     path = spec_file(body)

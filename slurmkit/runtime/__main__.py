@@ -1,7 +1,8 @@
 """``python -m slurmkit.runtime task``: what each array task of a rendered script runs.
 
-Exit codes: the trial command's own (0 = COMPLETED); 128+N when it died of signal N;
-2 when the task cannot find its trial.
+Exit codes: 0 = COMPLETED; REQUEUE_EXIT (75) = checkpointed, requeue me (the batch shell
+runs ``scontrol requeue``); otherwise the trial command's own code, 128+N when it died of
+signal N; 2 when the task cannot find its trial.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ def _task(args: argparse.Namespace) -> int:
         init_from_spec(args.spec, sweep.root, os.environ.get("SLURM_ARRAY_JOB_ID", ""), args.offset)
     index = args.offset + int(task_id)
     try:
-        run = TrialRun(sweep, index)
+        run = TrialRun(sweep, index, under_slurm="SLURM_JOB_ID" in os.environ)
     except (OSError, LookupError) as exc:
         print(f"slurmkit.runtime: {exc}", file=sys.stderr)
         return 2
     if run.already_completed():
         print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
         return 0
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    stop_signals = {signal.SIGTERM, signal.SIGINT,
+                    getattr(signal, "SIG" + run.policy.get("signal", "USR2"))}
+    for signum in stop_signals:
         signal.signal(signum, lambda s, _f: run.terminate(s))
     run.start()
     return run.wait()

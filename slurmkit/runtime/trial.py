@@ -27,6 +27,8 @@ from .. import states
 from ..fsutil import atomic_write_json, read_json
 from ..layout import SweepDir
 from ..overrides import format_value
+from . import requeue
+from .contract import ENV_SIGNAL
 
 _SLURM_KEYS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
                "array_task_id": "SLURM_ARRAY_TASK_ID", "restart_count": "SLURM_RESTART_COUNT"}
@@ -52,19 +54,27 @@ def _path_with_python() -> str:
 
 
 class TrialRun:
-    """One attempt of one trial. ``start()``, then ``wait()``; ``terminate()`` from elsewhere."""
+    """One attempt of one trial. ``start()``, then ``wait()``; ``terminate()`` from elsewhere.
+
+    ``under_slurm``: this is an array task; the requeue policy applies, and the command stays in
+    the job's process group so that Slurm's signals and process tracking reach it. Otherwise
+    (the local backend) it gets a group of its own, so that stopping it stops its whole tree.
+    """
 
     def __init__(self, sweep: SweepDir, index: int, config: dict[str, Any] | None = None,
-                 row: dict[str, Any] | None = None) -> None:
+                 row: dict[str, Any] | None = None, *, under_slurm: bool = False) -> None:
         self.sweep = sweep
         self.config = config if config is not None else read_json(sweep.sweep_json)
         self.row = row if row is not None else sweep.manifest_row(index)
         self.id: str = self.row["id"]
         self.dir = sweep.trial(self.id)
         self.status_path = sweep.status(self.id)
+        self.own_group = not under_slurm
         self.proc: subprocess.Popen[bytes] | None = None
-        self.signal: int | None = None
+        self.signals: list[str] = []
         self.status: dict[str, Any] = {}
+        self.policy: dict[str, Any] = self.config.get("requeue") or {"enabled": False}
+        self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
 
     def already_completed(self) -> bool:
         status = read_json(self.status_path, default={})
@@ -75,10 +85,20 @@ class TrialRun:
         os.makedirs(self.dir, exist_ok=True)
         self.status = read_json(self.status_path, default=None) or {
             "id": self.id, "index": self.row["index"], "attempts": []}
-        attempt = {"n": len(self.status["attempts"]) + 1, "state": states.RUNNING,
+        earlier = self.status["attempts"]
+        if earlier and earlier[-1].get("state") == states.RUNNING:
+            # the last attempt vanished without recording an end: its node (or job) died
+            earlier[-1].update(state=states.NODE_FAIL, cause="node_failure")
+            if self.on_slurm:
+                budget = self.policy.get("budgets", {}).get("node_failure")
+                if budget is not None and requeue.used(earlier, "node_failure") > budget:
+                    self._record(states.FAILED, 1, cause="node_failure",
+                                 reason=f"node_failure budget exhausted ({budget})")
+                    return
+        attempt = {"n": len(earlier) + 1, "state": states.RUNNING,
                    "start": time.time(), "host": socket.gethostname(),
                    **{k: os.environ[v] for k, v in _SLURM_KEYS.items() if v in os.environ}}
-        self.status["attempts"].append(attempt)
+        earlier.append(attempt)
         self._record(states.RUNNING, None)
         cfg = self.config
         argv = list(cfg["command"]) + param_args(self.row["params"], cfg.get("args", "hydra"))
@@ -86,7 +106,8 @@ class TrialRun:
                "SLURMKIT_SWEEP_DIR": self.sweep.root, "SLURMKIT_TRIAL_ID": self.id,
                "SLURMKIT_TRIAL_INDEX": str(self.row["index"]), "SLURMKIT_TRIAL_DIR": self.dir,
                "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
-               "SLURMKIT_ATTEMPT": str(attempt["n"])}
+               "SLURMKIT_ATTEMPT": str(attempt["n"]),
+               ENV_SIGNAL: self.policy.get("signal", "USR2")}
         cwd = cfg.get("workdir") or cfg.get("submit_dir") or None
         with open(self.sweep.output(self.id), "ab") as log:
             header = (f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "
@@ -97,48 +118,55 @@ class TrialRun:
             try:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                             start_new_session=True)
+                                             start_new_session=self.own_group)
             except OSError as exc:
                 log.write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
                 self.proc = None
                 self._finish(127)
 
     def terminate(self, signum: int = signal.SIGTERM) -> None:
-        """Forward ``signum`` to the command's process group (a flag-only-safe call)."""
-        self.signal = signum
+        """Forward ``signum`` to the command (safe to call from a signal handler)."""
+        self.signals.append(signal.Signals(signum).name.removeprefix("SIG"))
         if self.proc is not None and self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signum)
+                if self.own_group:
+                    os.killpg(self.proc.pid, signum)
+                else:
+                    os.kill(self.proc.pid, signum)
             except ProcessLookupError:
                 pass
 
     def wait(self) -> int:
-        """Wait for the command; record the outcome; return a shell-style exit code."""
+        """Wait for the command; record the outcome; return the exit code for the batch shell
+        (REQUEUE_EXIT asks it to requeue this trial)."""
         if self.proc is None:
-            return int(self.status.get("exit_code") or 127)
-        while True:
-            try:
-                rc = self.proc.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                continue
-        code = 128 - rc if rc < 0 else rc
-        self._finish(code)
-        return code
+            return int(self.status.get("exit_code") or 1)
+        rc = self.proc.wait()
+        return self._finish(128 - rc if rc < 0 else rc)
 
-    def _finish(self, code: int) -> None:
-        if code == 0:
-            state = states.COMPLETED
-        elif self.signal is not None:
-            state = states.TERMINATED
-        else:
-            state = states.FAILED
+    def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
-        attempt.update(state=state, exit_code=code, end=time.time())
-        if self.signal is not None:
-            attempt["signal"] = signal.Signals(self.signal).name
-        self._record(state, code)
+        if self.on_slurm:
+            cause = None
+            if self.signals:
+                info = requeue.job_info(os.environ["SLURM_JOB_ID"])
+                cause = requeue.classify(self.signals, self.policy.get("signal", "USR2"), info,
+                                         int(self.policy.get("lead", 120)),
+                                         int(os.environ.get("SLURM_RESTART_COUNT", "0")))
+            outcome = requeue.decide(code, cause, bool(self.signals), self.status["attempts"][:-1],
+                                     self.policy.get("budgets", {}))
+        elif code == 0:
+            outcome = requeue.Outcome(states.COMPLETED, 0)
+        else:
+            outcome = requeue.Outcome(states.TERMINATED if self.signals else states.FAILED, code)
+        attempt.update(state=outcome.state, exit_code=code, end=time.time())
+        if outcome.cause:
+            attempt["cause"] = outcome.cause
+        if self.signals:
+            attempt["signals"] = list(self.signals)
+        self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
+        return outcome.code
 
-    def _record(self, state: str, code: int | None) -> None:
-        self.status.update(state=state, exit_code=code, updated=time.time())
+    def _record(self, state: str, code: int | None, **extra: Any) -> None:
+        self.status.update(state=state, exit_code=code, updated=time.time(), **extra)
         atomic_write_json(self.status_path, self.status)

@@ -1,0 +1,8 @@
+"""Numbers and names shared by the batch script, the runtime and training code (stdlib only)."""
+
+from __future__ import annotations
+
+# A trial (or the runtime) exits with this to say "I checkpointed: requeue me" (EX_TEMPFAIL).
+REQUEUE_EXIT = 75
+# The signal that asks a trial to checkpoint and stop, as a name without "SIG" (e.g. USR2).
+ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"

@@ -1,0 +1,51 @@
+"""The training loop's side of preemption: a flag set by a signal handler, checked at step
+boundaries. The handler does nothing else (no I/O, no checkpoint inside it).
+
+    from slurmkit.runtime import preemption
+    preemption.install()
+    for step in range(start, total):
+        train_step()
+        if preemption.should_stop():
+            ckpt.save(state, step)      # at a step boundary, outside the handler
+            preemption.exit_for_requeue()
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import NoReturn
+
+from .contract import ENV_SIGNAL, REQUEUE_EXIT
+
+_stop = threading.Event()
+_received: list[str] = []
+
+
+def _handler(signum: int, _frame: object) -> None:
+    _received.append(signal.Signals(signum).name)
+    _stop.set()
+
+
+def install(signals: tuple[str, ...] | None = None) -> None:
+    """Set the flag on the requeue signal (``SLURMKIT_REQUEUE_SIGNAL``, default USR2) and TERM."""
+    names = signals or (os.environ.get(ENV_SIGNAL, "USR2"), "TERM")
+    for name in names:
+        signal.signal(getattr(signal, f"SIG{name.upper().removeprefix('SIG')}"), _handler)
+
+
+def should_stop() -> bool:
+    """True once a stop signal arrived: checkpoint at this step boundary and exit."""
+    return _stop.is_set()
+
+
+def received() -> list[str]:
+    """Names of the signals received so far."""
+    return list(_received)
+
+
+def exit_for_requeue() -> NoReturn:
+    """Exit with REQUEUE_EXIT: the batch script then requeues this trial, which resumes."""
+    sys.exit(REQUEUE_EXIT)

@@ -1,0 +1,113 @@
+"""Requeue decisions: why an attempt stopped, and whether its cause still has budget.
+
+Causes: ``preemption`` (incl. an external requeue or ``scancel --signal``), ``timeout``,
+``node_failure`` (an attempt that vanished without a word), ``error`` (non-zero exit).
+A user's ``scancel`` is no cause: the trial ends CANCELLED.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Sequence
+
+from .. import states
+from .contract import REQUEUE_EXIT
+
+# The time-limit signal comes `lead` seconds before the limit, give or take Slurm's 30 s checks.
+TIMEOUT_SLACK = 90
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str
+    code: int
+    cause: str | None = None
+    reason: str = ""
+
+
+def job_info(job_id: str) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as a dict ({} when scontrol is missing or fails)."""
+    try:
+        proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    line = proc.stdout.splitlines()[0] if proc.returncode == 0 and proc.stdout else ""
+    return dict(re.findall(r"(\w+)=(\S*)", line))
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _seconds(text: str) -> int | None:
+    """Slurm's ``[D-]HH:MM:SS`` durations (RunTime, TimeLimit)."""
+    m = re.match(r"^(?:(\d+)-)?(\d+):(\d+):(\d+)$", text)
+    if not m:
+        return None
+    d, h, mi, s = (int(g or 0) for g in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
+
+
+def classify(signals: Sequence[str], requeue_signal: str, info: dict[str, str], lead: int,
+             restarts: int, now: float | None = None) -> str | None:
+    """The cause of a stop the runtime was signalled for; ``None`` for a user's cancel.
+
+    ``restarts`` is SLURM_RESTART_COUNT when this attempt started. Observed on 22.05: a job
+    that is cancelled, requeued from outside or out of time shows JobState=COMPLETING; an
+    external requeue raises Restarts, preemption sets PreemptTime, a time-out has used its
+    TimeLimit; what is left is a cancel.
+    """
+    state = info.get("JobState", "")
+    if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED"):
+        return {"TIMEOUT": "timeout", "NODE_FAIL": "node_failure"}.get(state, "preemption")
+    if info.get("PreemptTime", "None") not in ("None", "Unknown", ""):
+        return "preemption"
+    if int(info.get("Restarts", restarts) or 0) > restarts:
+        return "preemption"  # requeued by someone else (an admin, SUNK before a drain)
+    limit, ran = _seconds(info.get("TimeLimit", "")), _seconds(info.get("RunTime", ""))
+    if requeue_signal in signals:
+        end = _epoch(info.get("EndTime", ""))
+        if end is not None and end - (now or time.time()) <= lead + TIMEOUT_SLACK:
+            return "timeout"
+        return "preemption"  # asked to checkpoint and requeue (scancel --batch --signal)
+    if limit is not None and ran is not None and ran >= limit:
+        return "timeout"
+    return None if info else "preemption"
+
+
+def used(attempts: Sequence[dict[str, Any]], cause: str) -> int:
+    """How many earlier attempts ended for ``cause``."""
+    return sum(1 for a in attempts if a.get("cause") == cause)
+
+
+def decide(code: int, cause: str | None, signalled: bool, attempts: Sequence[dict[str, Any]],
+           budgets: dict[str, int | None]) -> Outcome:
+    """The outcome of an attempt that exited with ``code``.
+
+    ``signalled``: the runtime forwarded a stop signal; ``cause`` is then :func:`classify`'s
+    answer. ``attempts`` are the earlier ones (not this one).
+    """
+    if code == 0:
+        return Outcome(states.COMPLETED, 0)
+    if signalled or code == REQUEUE_EXIT:
+        if signalled and cause is None:
+            return Outcome(states.CANCELLED, code, reason="cancelled")
+        cause = cause or "preemption"
+    else:
+        cause = "error"
+    budget = budgets.get(cause)
+    spent = used(attempts, cause)
+    if budget is None or spent < budget:
+        return Outcome(states.REQUEUED, REQUEUE_EXIT, cause,
+                       f"{cause}: requeue {spent + 1} of {'unlimited' if budget is None else budget}")
+    reason = "" if cause == "error" and not budget else \
+        f"{cause} budget exhausted ({budget} requeue{'s' if budget != 1 else ''})"
+    return Outcome(states.FAILED, code if code != REQUEUE_EXIT else 1, cause, reason)
