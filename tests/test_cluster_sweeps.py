@@ -175,3 +175,24 @@ def test_plain_sbatch_script_runs_as_rendered(slurm_cluster, tmp_path):
     while time.time() < end and collect(str(root)).counts != {"COMPLETED": 3}:
         time.sleep(1)
     assert collect(str(root)).counts == {"COMPLETED": 3}
+
+
+def test_status_makes_one_scheduler_query(slurm_cluster, tmp_path):
+    result = submit(tmp_path, "command: [sleep, '30']\nargs: none\nparams: {i: 'range(0,40)'}\n"
+                    "max_parallel: 4\n")
+    # count calls with shims that log, then run the real tools
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    calls = tmp_path / "calls.log"
+    for tool in ("squeue", "sacct", "scontrol", "sinfo"):
+        real = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        if real:
+            (shims / tool).write_text(f'#!/bin/sh\necho {tool} "$@" >> {calls}\nexec {real} "$@"\n')
+            (shims / tool).chmod(0o755)
+    env = {"PATH": f"{shims}:{os.environ['PATH']}"}
+    proc = run_cli("status", result["sweep_dir"], "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout)["counts"]
+    assert sum(counts.values()) == 40 and set(counts) <= {"PENDING", "RUNNING"}
+    assert len(calls.read_text().splitlines()) == 1, calls.read_text()
+    run_cli("cancel", result["sweep_dir"])

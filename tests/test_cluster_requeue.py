@@ -1,0 +1,224 @@
+"""Requeue and resume on the real test cluster: time limit, preemption, node failure, external
+requeue, scancel --signal, and budgets. A resumed trial's final metrics must equal an
+uninterrupted run's exactly (examples/resumable_train.py trains deterministically on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import PAYLOAD, ROOT, run_cli
+from slurmkit.errors import SchedulerError
+from slurmkit.status import collect
+
+pytestmark = pytest.mark.cluster
+TRAIN = ROOT / "examples" / "resumable_train.py"
+RESULT_KEYS = ("loss", "mean_loss", "params_sha256", "steps")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> callable:
+    """Metrics of an uninterrupted run with the given parameters (cached)."""
+    cache: dict[str, dict] = {}
+
+    def run(params: dict) -> dict:
+        key = json.dumps(params, sort_keys=True)
+        if key not in cache:
+            tdir = tmp_path_factory.mktemp("reference")
+            env = {**os.environ, "SLURMKIT_TRIAL_DIR": str(tdir),
+                   "SLURMKIT_PARAMS": json.dumps({**params, "step_time": 0})}
+            subprocess.run([sys.executable, str(TRAIN)], env=env, check=True, capture_output=True)
+            cache[key] = json.loads((tdir / "metrics.json").read_text())
+        return cache[key]
+
+    return run
+
+
+def submit(tmp_path: Path, body: str) -> dict:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(body)
+    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
+                   "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def trial_status(root: str, index: int = 0) -> dict:
+    row = json.loads((Path(root) / "trials.jsonl").read_text().splitlines()[index])
+    path = Path(root) / "trials" / row["id"] / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def wait_for(what: str, ready, timeout: float = 90) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if ready():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def step_reached(root: str, step: int) -> bool:
+    """The trial's output shows training has passed ``step`` (checkpoints are on disk)."""
+    ckpts = [p for p in (Path(root) / "trials").glob("*/checkpoints/step-*")]
+    return any(int(p.name.split("-")[1]) >= step for p in ckpts)
+
+
+def finish(cluster, root: str, timeout: float = 300) -> dict:
+    """Wait for the sweep to finish, releasing requeued tasks from Slurm's ~120 s BeginTime hold."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            current = collect(root)
+        except SchedulerError:
+            time.sleep(1)
+            continue
+        if current.finished:
+            return current.as_dict()
+        for t in current.trials:
+            if t.job and t.state in ("PENDING", "REQUEUED"):
+                info = cluster.jobs(t.job)
+                start = _epoch(info[0].get("StartTime", "")) if info else None
+                if info and info[0]["JobState"] == "PENDING" and start and start > time.time() + 5:
+                    cluster.run("scontrol", "update", f"jobid={t.job}", "starttime=now+2",
+                                check=False)
+        time.sleep(1)
+    raise AssertionError(f"sweep not finished after {timeout} s: {collect(root).counts}")
+
+
+def _epoch(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def resumable(name: str, steps: int, step_time: float, extra: str = "") -> str:
+    return f"""
+name: {name}
+command: [python, {TRAIN}]
+params: {{steps: [{steps}], step_time: [{step_time}], ckpt_every: [1000]}}
+{extra}
+"""
+
+
+def assert_resumed_exactly(root: str, reference, steps: int, causes: set[str]) -> dict:
+    status = trial_status(root)
+    assert status["state"] == "COMPLETED", status
+    seen = {a.get("cause") for a in status["attempts"][:-1]}
+    assert causes <= seen, status["attempts"]
+    assert len(status["attempts"]) >= 2
+    metrics = json.loads((Path(root) / "trials" / status["id"] / "metrics.json").read_text())
+    expected = reference({"steps": steps, "ckpt_every": 1000})
+    assert {k: metrics[k] for k in RESULT_KEYS} == {k: expected[k] for k in RESULT_KEYS}
+    assert metrics["resumed_at"] > 0  # the last attempt started from a checkpoint, not from 0
+    return status
+
+
+def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path, reference):
+    # --time=1 with the signal 30 s ahead: Slurm signals 30-60 s before the limit, so each
+    # attempt trains 0-30 s; ~45 s of training needs two or more attempts.
+    result = submit(tmp_path, resumable("timelimit", 450, 0.1, """
+resources: {time: 1}
+requeue: {lead: 30, budgets: {timeout: 10}}
+"""))
+    root = result["sweep_dir"]
+    final = finish(slurm_cluster, root, timeout=420)
+    assert final["counts"] == {"COMPLETED": 1}
+    status = assert_resumed_exactly(root, reference, 450, {"timeout"})
+    assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1])
+    assert status["attempts"][-1]["restart_count"] == str(len(status["attempts"]) - 1)
+
+
+def test_preemption_by_high_partition_job(slurm_cluster, tmp_path, reference):
+    result = submit(tmp_path, resumable("preempt", 200, 0.05, """
+resources: {partition: low, extra: {nodelist: n4, exclusive: true}}
+"""))
+    root = result["sweep_dir"]
+    wait_for("training to start", lambda: step_reached(root, 0) or
+             trial_status(root).get("state") == "RUNNING")
+    time.sleep(2)
+    high = slurm_cluster.sbatch("--partition=high", "--nodelist=n4", "--exclusive",
+                                "--output=/dev/null", "--wrap", "sleep 3")
+    final = finish(slurm_cluster, root)
+    assert final["counts"] == {"COMPLETED": 1}
+    assert_resumed_exactly(root, reference, 200, {"preemption"})
+    assert slurm_cluster.wait_for_jobs([high])[high] == "COMPLETED"
+
+
+def test_node_failure_requeues_and_resumes(slurm_cluster, tmp_path, reference):
+    result = submit(tmp_path, resumable("nodefail", 200, 0.05, ""))
+    root = result["sweep_dir"]
+    wait_for("training to start", lambda: trial_status(root).get("state") == "RUNNING")
+    time.sleep(3)
+    host = trial_status(root)["attempts"][-1]["host"]
+    slurm_cluster.set_node_state(host, "down")
+    try:
+        wait_for("the trial to leave its node", lambda: trial_status(root).get("state") != "RUNNING"
+                 or len(trial_status(root)["attempts"]) > 1, timeout=60)
+    finally:
+        slurm_cluster.set_node_state(host, "resume")
+    final = finish(slurm_cluster, root)
+    assert final["counts"] == {"COMPLETED": 1}
+    status = assert_resumed_exactly(root, reference, 200, set())
+    assert status["attempts"][0]["host"] == host
+
+
+@pytest.mark.parametrize("how", ["scontrol requeue", "scancel --signal"])
+def test_external_interruptions_are_handled(slurm_cluster, tmp_path, reference, how):
+    result = submit(tmp_path, resumable("external", 200, 0.05, ""))
+    root = result["sweep_dir"]
+    wait_for("training to start", lambda: trial_status(root).get("state") == "RUNNING")
+    time.sleep(2)
+    job = trial_status(root)["attempts"][-1]
+    ref = f"{job['array_job_id']}_{job['array_task_id']}"
+    if how == "scontrol requeue":
+        slurm_cluster.run("scontrol", "requeue", ref)
+    else:
+        slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    final = finish(slurm_cluster, root)
+    assert final["counts"] == {"COMPLETED": 1}
+    status = assert_resumed_exactly(root, reference, 200, {"preemption"})
+    first = status["attempts"][0]
+    assert first["signals"] == (["TERM"] if how == "scontrol requeue" else ["USR2"])
+
+
+def test_error_budget_exhausted_fails_with_cause(slurm_cluster, tmp_path):
+    result = submit(tmp_path, f"""
+name: budget
+command: [python, {PAYLOAD}]
+params: {{exit: [4]}}
+requeue: {{budgets: {{error: 2}}}}
+""")
+    root = result["sweep_dir"]
+    final = finish(slurm_cluster, root)
+    status = trial_status(root)
+    assert final["counts"] == {"FAILED": 1}
+    assert status["state"] == "FAILED" and status["cause"] == "error"
+    assert "budget exhausted (2 requeues)" in status["reason"]
+    assert [a["cause"] for a in status["attempts"]] == ["error", "error", "error"]
+    assert [a["exit_code"] for a in status["attempts"]] == [4, 4, 4]
+
+
+def test_completed_trial_never_reruns_when_requeued(slurm_cluster, tmp_path):
+    result = submit(tmp_path, f"name: done\ncommand: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n"
+                    "requeue: {budgets: {error: 1}}\n")
+    root = result["sweep_dir"]
+    finish(slurm_cluster, root)
+    job = trial_status(root)["attempts"][-1]
+    ref = f"{job['array_job_id']}_{job['array_task_id']}"
+    slurm_cluster.run("scontrol", "requeue", ref)   # Slurm runs the finished task again...
+    slurm_cluster.release_requeued(ref)
+    wait_for("the rerun to end", lambda: slurm_cluster.jobs(ref)[0]["JobState"] == "COMPLETED"
+             and slurm_cluster.jobs(ref)[0].get("Restarts") == "1", timeout=60)
+    status = trial_status(root)                      # ...but the trial does not run again
+    assert status["state"] == "COMPLETED" and len(status["attempts"]) == 1
+    log = (Path(root) / "logs" / f"{ref}.out").read_text()
+    assert "already COMPLETED; not running it again" in log
