@@ -60,7 +60,7 @@ def main() -> None:
     start = data.step
     loss_fn = torch.nn.CrossEntropyLoss()
     epochs = -(-cfg["steps"] // len(loader))
-    for _epoch in data.epochs(epochs):
+    for _epoch in data.epochs(epochs if data.step < cfg["steps"] else 0):
         for xb, yb in data:
             optim.zero_grad()
             loss = loss_fn(model(xb), yb)

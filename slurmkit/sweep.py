@@ -59,7 +59,7 @@ def choose_backend(name: str) -> Target:
     if name == "auto" and not slurm.available():
         return Target("local", note="no sbatch on PATH: running the sweep on this machine")
     try:
-        return Target("slurm", slurm.max_array_size(slurm.config()))
+        return Target("slurm", slurm.max_array_size(slurm.config(timeout=10 if name == "auto" else 30)))
     except SchedulerError as exc:
         if name == "slurm":
             raise

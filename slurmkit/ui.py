@@ -118,14 +118,18 @@ def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> 
 
 
 def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    table = Table(expand=False)
-    for col in columns:
-        table.add_column(col, overflow="ellipsis")
+    """The results table; the trial id and an all-COMPLETED state column are left to --json."""
+    shown = [c for c in columns if c != "id"
+             and not (c == "state" and all(r.get("state") == "COMPLETED" for r in rows))]
+    table = Table(expand=False, box=None, header_style="bold")
+    for col in shown:
+        table.add_column(col, overflow="ellipsis", no_wrap=True, min_width=min(len(col), 12),
+                         justify="right" if col == "index" else "left")
     for row in rows:
         cells = []
-        for col in columns:
+        for col in shown:
             value = row.get(col)
-            cells.append("" if value is None else (f"{value:.6g}" if isinstance(value, float)
+            cells.append("" if value is None else (f"{value:.4g}" if isinstance(value, float)
                                                    else _short(value, 30)))
         table.add_row(*cells)
     out.print(table)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -134,6 +135,11 @@ requeue: {lead: 30, budgets: {timeout: 10}}
     assert final["counts"] == {"COMPLETED": 1}
     status = assert_resumed_exactly(root, reference, 450, {"timeout"})
     assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1])
+    # no work lost: each attempt resumes at the very step where the previous one stopped
+    log = (Path(root) / "trials" / status["id"] / "output.log").read_text()
+    stopped = re.findall(r"stopping at step (\d+)", log)
+    resumed = re.findall(r"resumed from step (\d+)", log)
+    assert stopped and stopped == resumed[:len(stopped)]
     assert status["attempts"][-1]["restart_count"] == str(len(status["attempts"]) - 1)
 
 

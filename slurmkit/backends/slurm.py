@@ -5,6 +5,7 @@ Every query is ONE call for the whole sweep, whatever its size.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -42,11 +43,14 @@ def _run(argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProces
                              hint="is slurmctld up? try: scontrol ping") from None
 
 
-def config() -> dict[str, str]:
+def config(timeout: float = 30) -> dict[str, str]:
     """``scontrol show config`` as a dict; SchedulerError when no controller answers."""
-    proc = _run(["scontrol", "show", "config"], timeout=30)
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.exists(conf):  # scontrol would retry for a minute
+        raise SchedulerError(f"SLURM_CONF={conf} does not exist")
+    proc = _run(["scontrol", "show", "config"], timeout=timeout)
     if proc.returncode != 0:
-        raise SchedulerError(f"cannot reach the Slurm controller: {_first(proc.stderr)}",
+        raise SchedulerError(f"no Slurm controller answered ({_first(proc.stderr)[:80]})",
                              hint="check SLURM_CONF and `scontrol ping`, or use --backend local")
     out = {}
     for line in proc.stdout.splitlines():
