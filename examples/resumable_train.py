@@ -58,6 +58,7 @@ def main() -> None:
         losses = torchstate.restore(state, model=model, optimizer=optim, scheduler=sched, data=data)
         print(f"resumed from step {step}", flush=True)
     start = data.step
+    print(f"training from step {start}", flush=True)
     loss_fn = torch.nn.CrossEntropyLoss()
     epochs = -(-cfg["steps"] // len(loader))
     for _epoch in data.epochs(epochs if data.step < cfg["steps"] else 0):

@@ -126,7 +126,9 @@ class TrialRun:
 
     def terminate(self, signum: int = signal.SIGTERM) -> None:
         """Forward ``signum`` to the command (safe to call from a signal handler)."""
-        self.signals.append(signal.Signals(signum).name.removeprefix("SIG"))
+        name = signal.Signals(signum).name.removeprefix("SIG")
+        if name not in self.signals:  # Slurm may signal the command's group directly, too
+            self.signals.append(name)
         if self.proc is not None and self.proc.poll() is None:
             try:
                 if self.own_group:
