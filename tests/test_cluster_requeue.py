@@ -172,7 +172,7 @@ def test_node_failure_requeues_and_resumes(slurm_cluster, tmp_path, reference):
         slurm_cluster.run("scontrol", "update", f"nodename={host}", "state=resume", check=False)
     final = finish(slurm_cluster, root)
     assert final["counts"] == {"COMPLETED": 1}
-    status = assert_resumed_exactly(root, reference, 200, set())
+    status = assert_resumed_exactly(root, reference, 200, {"node_failure"})
     assert status["attempts"][0]["host"] == host
 
 

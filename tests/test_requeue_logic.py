@@ -29,6 +29,8 @@ def info(**kw: str) -> dict[str, str]:
     (["TERM"], info(JobState="COMPLETING", EndTime=NOW.isoformat()), None),  # scancel
     (["TERM"], info(JobState="COMPLETING", RunTime="01:00:00"), "timeout"),
     (["TERM"], info(JobState="NODE_FAIL"), "node_failure"),
+    (["TERM"], info(JobState="IDLE", NodeState="DOWN+DRAIN"), "node_failure"),
+    (["TERM"], info(JobState="PENDING", Restarts="1", NodeState="IDLE"), "node_failure"),
     (["TERM"], {}, "preemption"),                                  # scontrol unavailable
 ])
 def test_classify(signals, job, cause):
@@ -55,3 +57,47 @@ def test_decide_budgets_per_cause():
     assert (out.state, out.cause) == ("REQUEUED", "error")
     out = requeue.decide(143, None, True, [], BUDGETS)
     assert out.state == "CANCELLED" and out.code == 143
+
+
+def _sweep_with_vanished_attempt(tmp_path, spec_file, budget: int):
+    from slurmkit import plan, spec as spec_mod, store
+    from slurmkit.fsutil import atomic_write_json
+
+    s = spec_mod.load(str(spec_file(f"command: [/bin/true]\nargs: none\nparams: {{a: [1]}}\n"
+                                    f"requeue: {{budgets: {{node_failure: {budget}}}}}\n")))
+    trials = plan.expand(s)
+    sweep = store.create(s, trials, str(tmp_path / "sweep"))
+    import os
+    os.makedirs(sweep.trial(trials[0].id))
+    atomic_write_json(sweep.status(trials[0].id), {
+        "id": trials[0].id, "index": 0, "state": "RUNNING",
+        "attempts": [{"n": 1, "state": "RUNNING", "host": "n9", "start": 0}]})
+    return sweep, trials[0].id
+
+
+def test_vanished_attempt_counts_as_node_failure(tmp_path, spec_file, monkeypatch):
+    from slurmkit.fsutil import read_json
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    sweep, tid = _sweep_with_vanished_attempt(tmp_path, spec_file, budget=1)
+    run = TrialRun(sweep, 0, under_slurm=True)
+    run.start()
+    assert run.wait() == 0
+    status = read_json(sweep.status(tid))
+    assert [(a["state"], a.get("cause")) for a in status["attempts"]] == [
+        ("NODE_FAIL", "node_failure"), ("COMPLETED", None)]
+
+
+def test_node_failure_budget_spent_fails_without_running(tmp_path, spec_file, monkeypatch):
+    from slurmkit.fsutil import read_json
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    sweep, tid = _sweep_with_vanished_attempt(tmp_path, spec_file, budget=0)
+    run = TrialRun(sweep, 0, under_slurm=True)
+    run.start()
+    assert run.proc is None and run.wait() == 1
+    status = read_json(sweep.status(tid))
+    assert status["state"] == "FAILED" and status["cause"] == "node_failure"
+    assert len(status["attempts"]) == 1

@@ -20,6 +20,7 @@ picklable), else with pickle; checkpoints are trusted like code (``weights_only=
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import json
 import os
@@ -34,13 +35,14 @@ import warnings
 import weakref
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, Iterator
 
 COMMIT = "COMMIT.json"
 _TMP = ".tmp-"
 _STEP_DIR = re.compile(r"step-(\d+)")
 _BIG = 1 << 20  # writes from this size on overlap the CRC with the I/O
 _CHUNK = 8 << 20
+_WRITEBACK = 64 << 20  # start writeback every this many bytes
 _torch_save_lock = threading.Lock()
 
 
@@ -66,12 +68,24 @@ def _failure(exc: BaseException, action: str, path: str) -> CheckpointError:
 # --- storage: a local directory (os, with fsync) or an fsspec filesystem ----------------------
 
 class _LocalSink:
+    """A new file written with early writeback: every ``_WRITEBACK`` bytes, the kernel is told to
+    start writing them out and to drop them from the page cache once clean. The final fsync then
+    has little left to do, and a large checkpoint neither waits behind nor crowds the cache."""
+
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.written = 0
+        self.kicked = 0
 
     def write(self, view: memoryview) -> None:
         while view:
-            view = view[os.write(self.fd, view):]
+            n = os.write(self.fd, view[:_WRITEBACK])
+            view = view[n:]
+            self.written += n
+            if self.written - self.kicked >= _WRITEBACK and hasattr(os, "posix_fadvise"):
+                start = max(0, self.kicked - _WRITEBACK)  # the window before: clean by now
+                os.posix_fadvise(self.fd, start, self.written - start, os.POSIX_FADV_DONTNEED)
+                self.kicked = self.written
 
     def commit(self) -> None:
         os.fsync(self.fd)
@@ -112,7 +126,7 @@ class _Local:
         finally:
             os.close(fd)
 
-    def open(self, path: str) -> BinaryIO:
+    def open(self, path: str) -> Any:
         return open(path, "rb")
 
     def size(self, path: str) -> int:
@@ -177,7 +191,7 @@ class _Remote:
     def sync_dir(self, path: str) -> None:
         pass
 
-    def open(self, path: str) -> BinaryIO:
+    def open(self, path: str) -> Any:
         return self.fs.open(path, "rb")
 
     def size(self, path: str) -> int:
@@ -246,17 +260,26 @@ class _Writer:
         self.size += len(view)
 
 
-def _torch_dump(obj: Any, fh: _Writer) -> None:
-    """``torch.save`` without torch's own per-record CRC32: the commit record's CRC covers it."""
-    import torch
+def _dump(state: Any, how: str, fh: _Writer) -> None:
+    """Serialize ``state`` into ``fh``: ``how`` is ``"torch"``, ``"pickle"`` or ``"bytes"`` (as is).
 
-    with _torch_save_lock:
-        compute = torch.serialization.get_crc32_options()
-        torch.serialization.set_crc32_options(False)
-        try:
-            torch.save(obj, fh)
-        finally:
-            torch.serialization.set_crc32_options(compute)
+    torch.save runs without torch's own per-record CRC32 (the commit record's CRC covers the whole
+    file); that option is global in torch, so it is switched off only for the save's duration.
+    """
+    if how == "bytes":
+        fh.write(state)
+    elif how == "pickle":
+        pickle.dump(state, fh, protocol=5)
+    else:
+        import torch
+
+        with _torch_save_lock:
+            compute = torch.serialization.get_crc32_options()
+            torch.serialization.set_crc32_options(False)
+            try:
+                torch.save(state, fh)  # type: ignore[arg-type]  # a file-like writer
+            finally:
+                torch.serialization.set_crc32_options(compute)
 
 
 # --- async snapshots ----------------------------------------------------------------------------
@@ -270,20 +293,22 @@ class _Snapshot:
     """
 
     def __init__(self) -> None:
-        self.buffers: list[Any] = []
-
-    def take(self, state: Any) -> Any:
         import torch
 
         self.torch = torch
-        self.memo: dict[tuple[int, str], Any] = {}
+        self.buffers: list[Any] = []  # by order of first use in the state
+        self.memo: dict[tuple[int, str], Any] = {}  # this save's storages -> their buffers
         self.devices: set[Any] = set()
+
+    def take(self, state: Any) -> Any:
         try:
             out = self._copy(state)
             for device in self.devices:
-                torch.cuda.synchronize(device)
+                self.torch.cuda.synchronize(device)
+            del self.buffers[len(self.memo):]  # the state shrank: drop what it no longer uses
         finally:
-            del self.memo
+            self.memo.clear()
+            self.devices.clear()
         return out
 
     def _copy(self, obj: Any) -> Any:
@@ -317,7 +342,9 @@ class _Snapshot:
                 self.devices.add(t.device)
             self.memo[key] = buf
         out = torch.empty(0, dtype=t.dtype).set_(buf, t.storage_offset(), t.size(), t.stride())
-        return torch.nn.Parameter(out, t.requires_grad) if isinstance(t, torch.nn.Parameter) else out
+        if isinstance(t, torch.nn.Parameter):
+            return torch.nn.Parameter(out, t.requires_grad)
+        return out
 
     def _buffer(self, index: int, nbytes: int, pinned: bool) -> Any:
         if index < len(self.buffers):
@@ -353,7 +380,7 @@ def _skipping(step: int, why: Exception) -> None:
 def _rank() -> int:
     if _distributed():
         return int(sys.modules["torch.distributed"].get_rank())
-    return int(os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or 0)
+    return int(os.environ.get("RANK") or 0)
 
 
 def agree_step(step: int | None) -> int | None:
@@ -393,8 +420,9 @@ class Checkpointer:
 
     ``keep``: committed checkpoints kept (the newest by step). ``async_save``: ``save`` takes a
     snapshot and returns; one background thread writes it. ``rank``: only rank 0 writes in
-    :meth:`save` (replicated state, e.g. DDP); default from torch.distributed, ``RANK`` or
-    ``SLURM_PROCID``. :meth:`save_sharded` is for sharded state (every rank writes).
+    :meth:`save` (replicated state, e.g. DDP); default: torch.distributed's rank once it is
+    initialized, else ``RANK`` (torchrun), else 0. :meth:`save_sharded` is for sharded state
+    (every rank writes). One writing process per ``root``.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, keep: int = 3, async_save: bool = False,
@@ -410,7 +438,7 @@ class Checkpointer:
         self._pruning: Future[None] | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._snapshot = _Snapshot()
+        self._snapshot: _Snapshot | None = None
         self._verified: dict[int, dict[str, Any]] = {}
         _open.add(self)
 
@@ -444,18 +472,22 @@ class Checkpointer:
         self.wait()
         if self.rank != 0:
             return
-        use_torch = "torch" in sys.modules
+        how = "torch" if "torch" in sys.modules else "pickle"
         if not self.async_save:
-            self._write(state, step, use_torch)
+            self._write(state, step, how)
             return
-        snap = self._snapshot.take(state) if use_torch else pickle.dumps(state, protocol=5)
-        self._thread = threading.Thread(target=self._background, args=(snap, step, use_torch),
+        if how == "torch":
+            self._snapshot = self._snapshot or _Snapshot()
+            snap = self._snapshot.take(state)
+        else:
+            snap, how = pickle.dumps(state, protocol=5), "bytes"
+        self._thread = threading.Thread(target=self._background, args=(snap, step, how),
                                         name=f"slurmkit-checkpoint-{step}")
         self._thread.start()
 
-    def _background(self, snap: Any, step: int, use_torch: bool) -> None:
+    def _background(self, snap: Any, step: int, how: str) -> None:
         try:
-            self._write(snap, step, use_torch, pickled=not use_torch)
+            self._write(snap, step, how)
         except BaseException as exc:  # noqa: BLE001 - re-raised by the next save/wait/close
             self._error = exc
 
@@ -483,7 +515,7 @@ class Checkpointer:
                 self._pool.shutdown()
                 self._pool = None
             self._pruning = None
-            self._snapshot = _Snapshot()
+            self._snapshot = None
             _open.discard(self)
 
     def _io(self) -> ThreadPoolExecutor:
@@ -492,47 +524,43 @@ class Checkpointer:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurmkit-checkpoint-io")
         return self._pool
 
-    def _write(self, state: Any, step: int, use_torch: bool, pickled: bool = False) -> None:
+    def _write(self, state: Any, step: int, how: str) -> None:
         self._pruned()  # pruning must not see this save's uncommitted directory
         name = self._dirname(step)
         directory = self._join(name)
-        fresh = self._record_or_none(name) is None
-        data = f"state-{secrets.token_hex(4)}.{'pt' if use_torch else 'pkl'}"
-        if pickled:
-            dump: Callable[[_Writer], None] = lambda fh: fh.write(state)
-        elif use_torch:
-            dump = lambda fh: _torch_dump(state, fh)
-        else:
-            dump = lambda fh: pickle.dump(state, fh, protocol=5)
+        kind = "torch" if how == "torch" else "pickle"
+        data = f"state-{secrets.token_hex(4)}.{'pt' if kind == 'torch' else 'pkl'}"
         try:
-            self.store.makedirs(directory)
-            if fresh:
-                self.store.sync_dir(self.root)
-            files = {data: self._write_file(directory, data, dump)}
-            record = {"format": 1, "step": step, "kind": "torch" if use_torch else "pickle",
-                      "time": time.time(), "files": files}
-            self._commit(directory, record)
-        except BaseException as exc:
-            self._discard(directory, data if not fresh else None)
-            if isinstance(exc, OSError):
-                raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
-            raise
+            fresh = self._record_or_none(name) is None
+            try:
+                self.store.makedirs(directory)
+                if fresh:
+                    self.store.sync_dir(self.root)
+                files = {data: self._write_file(directory, data, state, how)}
+                record = {"format": 1, "step": step, "kind": kind, "time": time.time(),
+                          "files": files}
+                self._commit(directory, record)
+            except BaseException:
+                self._remove(directory if fresh else self.store.sep.join([directory, data]))
+                raise
+            self.store.sync_dir(directory)
+        except OSError as exc:
+            raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
         self._verified[step] = record
         self._pruning = self._io().submit(self._prune, step)
 
-    def _write_file(self, directory: str, name: str, dump: Callable[[_Writer], None]) -> dict:
+    def _write_file(self, directory: str, name: str, state: Any, how: str) -> dict[str, int]:
+        """Write ``directory/name`` through a temporary file; its size and CRC32."""
         tmp = self.store.sep.join([directory, f"{_TMP}{name}.{secrets.token_hex(4)}"])
         sink = self.store.sink(tmp)
         try:
             fh = _Writer(sink, self._io())
-            dump(fh)
+            _dump(state, how, fh)
             fh.flush()
             sink.commit()
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the first error is the one to report
                 sink.abort()
-            except Exception:  # noqa: BLE001 - the first error is the one to report
-                pass
             self._remove(tmp)
             raise
         try:
@@ -543,20 +571,15 @@ class Checkpointer:
         return {"size": fh.size, "crc32": fh.crc}
 
     def _commit(self, directory: str, record: dict[str, Any]) -> None:
+        """Make the renamed data files durable, then write the commit record (the caller syncs
+        the directory once more for the record's own rename)."""
         self.store.sync_dir(directory)
         body = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
-        self._write_file(directory, COMMIT, lambda fh: fh.write(body))
-        self.store.sync_dir(directory)
+        self._write_file(directory, COMMIT, body, "bytes")
 
     def _remove(self, path: str) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.store.remove(path)
-        except OSError:
-            pass
-
-    def _discard(self, directory: str, data: str | None) -> None:
-        """After a failed save: drop its data file, or the whole directory if it was new."""
-        self._remove(directory if data is None else self.store.sep.join([directory, data]))
 
     def _prune(self, current: int) -> None:
         """Keep the newest ``keep`` committed checkpoints (and ``current``); remove the rest."""
@@ -566,13 +589,14 @@ class Checkpointer:
             committed = sorted(step for step, rec in records.items() if rec is not None)
             kept = set(committed[-self.keep:]) | {current}
             for step, name in dirs.items():
+                record = records[step]
                 if step not in kept:
-                    if records[step] is not None:
+                    if record is not None:
                         self.store.remove(self._join(name, COMMIT))
                     self.store.remove(self._join(name))
                     self._verified.pop(step, None)
-                elif records[step] is not None:
-                    used = {f.split("/")[0] for f in records[step]["files"]} | {COMMIT}
+                elif record is not None:
+                    used = {f.split("/")[0] for f in record["files"]} | {COMMIT}
                     for entry in self.store.listdir(self._join(name)):
                         if entry not in used:
                             self.store.remove(self._join(name, entry))
@@ -637,7 +661,10 @@ class Checkpointer:
         for rel, info in record["files"].items():
             path = self.store.sep.join([directory, rel])
             try:
-                size, crc = self._checksum(path) if "crc32" in info else (self.store.size(path), None)
+                if "crc32" in info:
+                    size, crc = self._checksum(path)
+                else:
+                    size, crc = self.store.size(path), None
             except FileNotFoundError:
                 raise _Invalid(f"missing {path}") from None
             if size != info["size"]:
@@ -665,14 +692,15 @@ class Checkpointer:
                 continue
             yield step, record
 
-    def latest_step(self) -> int | None:
-        """The newest step whose checkpoint is committed and checks out, or ``None``."""
+    def _newest(self, kinds: tuple[str, ...]) -> int | None:
         try:
-            for step, _ in self._valid(("torch", "pickle", "dcp")):
-                return step
+            return next((step for step, _ in self._valid(kinds)), None)
         except OSError as exc:
             raise _failure(exc, "cannot read checkpoints", self.root) from exc
-        return None
+
+    def latest_step(self) -> int | None:
+        """The newest step whose checkpoint is committed and checks out, or ``None``."""
+        return self._newest(("torch", "pickle", "dcp"))
 
     def load(self, step: int, *, map_location: Any = "cpu") -> Any:
         """The state saved as ``step``; :class:`CheckpointError` if it is missing or damaged."""
@@ -703,7 +731,7 @@ class Checkpointer:
 
     def resume(self, *, map_location: Any = "cpu") -> tuple[int, Any] | None:
         """Like :meth:`load_latest`, at the newest step valid on every rank (:func:`agree_step`)."""
-        step = agree_step(self.latest_step())
+        step = agree_step(self._newest(("torch", "pickle")))
         return None if step is None else (step, self.load(step, map_location=map_location))
 
     def _deserialize(self, step: int, record: dict[str, Any], map_location: Any) -> Any:
@@ -736,17 +764,17 @@ class Checkpointer:
         sub = f"dcp-{_collective(token, 'broadcast') if _distributed() else token:08x}"
         directory = self._join(name)
         try:
-            if self.rank == 0:
-                self.store.makedirs(directory)
             dcp.save(state_dict, checkpoint_id=self.store.url(self._join(name, sub)))
             if _distributed():
                 dist.barrier()
             if self.rank == 0:
+                self.store.sync_dir(self.root)
                 files = {f"{sub}/{rel.replace(os.sep, '/')}": {"size": size}
                          for rel, size in self.store.walk(self._join(name, sub)).items()}
                 record = {"format": 1, "step": step, "kind": "dcp", "time": time.time(),
                           "files": files}
                 self._commit(directory, record)
+                self.store.sync_dir(directory)
                 self._verified[step] = record
         except OSError as exc:
             raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
@@ -760,14 +788,10 @@ class Checkpointer:
         in place (DCP reshards as needed); returns its step, or ``None`` when there is none."""
         import torch.distributed.checkpoint as dcp
 
-        try:
-            valid = [step for step, _ in self._valid(("dcp",))][:1]
-        except OSError as exc:
-            raise _failure(exc, "cannot read checkpoints", self.root) from exc
-        step = agree_step(valid[0] if valid else None)
+        step = agree_step(self._newest(("dcp",)))
         if step is None:
             return None
-        record = self._record(self._dirname(step))
+        record = self._record_or_none(self._dirname(step))
         if record is None:
             raise CheckpointError(f"checkpoint step {step} vanished while loading: {self.root}")
         sub = next(iter(record["files"])).split("/")[0]

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 from .. import states
 from .contract import REQUEUE_EXIT
 
+# What classify() looked at, kept in each attempt's record.
+EVIDENCE = ("JobState", "Reason", "Restarts", "NodeState", "PreemptTime", "EndTime", "RunTime")
 # The time-limit signal comes `lead` seconds before the limit, give or take Slurm's 30 s checks.
 TIMEOUT_SLACK = 90
 
@@ -29,15 +31,23 @@ class Outcome:
     reason: str = ""
 
 
-def job_info(job_id: str) -> dict[str, str]:
-    """``scontrol show job -o JOB`` as a dict ({} when scontrol is missing or fails)."""
+def _show(kind: str, name: str) -> dict[str, str]:
     try:
-        proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+        proc = subprocess.run(["scontrol", "show", kind, "-o", name], capture_output=True,
                               text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     line = proc.stdout.splitlines()[0] if proc.returncode == 0 and proc.stdout else ""
     return dict(re.findall(r"(\w+)=(\S*)", line))
+
+
+def job_info(job_id: str, node: str) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as a dict, plus ``NodeState`` of ``node`` (this host);
+    {} when scontrol is missing or fails."""
+    info = _show("job", job_id)
+    if info:
+        info["NodeState"] = _show("node", node).get("State", "")
+    return info
 
 
 def _epoch(text: str) -> float | None:
@@ -63,15 +73,20 @@ def classify(signals: Sequence[str], requeue_signal: str, info: dict[str, str], 
     ``restarts`` is SLURM_RESTART_COUNT when this attempt started. Observed on 22.05: a job
     that is cancelled, requeued from outside or out of time shows JobState=COMPLETING; an
     external requeue raises Restarts, preemption sets PreemptTime, a time-out has used its
-    TimeLimit; what is left is a cancel.
+    TimeLimit; what is left is a cancel. A node that went DOWN under the job is a node failure,
+    and so is a job that Slurm has already requeued (PENDING, Restarts raised).
     """
     state = info.get("JobState", "")
+    if any(word in info.get("NodeState", "") for word in ("DOWN", "FAIL")):
+        return "node_failure"
     if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED"):
         return {"TIMEOUT": "timeout", "NODE_FAIL": "node_failure"}.get(state, "preemption")
     if info.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return "preemption"
     if int(info.get("Restarts", restarts) or 0) > restarts:
-        return "preemption"  # requeued by someone else (an admin, SUNK before a drain)
+        # Slurm itself requeued the job: on a node failure it is PENDING at once; after an
+        # external `scontrol requeue` (an admin, SUNK before a drain) it is still COMPLETING
+        return "node_failure" if state == "PENDING" else "preemption"
     limit, ran = _seconds(info.get("TimeLimit", "")), _seconds(info.get("RunTime", ""))
     if requeue_signal in signals:
         end = _epoch(info.get("EndTime", ""))

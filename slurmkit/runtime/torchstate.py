@@ -79,15 +79,22 @@ class DataPosition:
         return self.loader.generator or torch.default_generator
 
     def epochs(self, num_epochs: int) -> Iterator[int]:
-        """Epoch numbers from the current one up to ``num_epochs``; iterate ``self`` in each."""
+        """Epoch numbers from the current one up to ``num_epochs``; iterate ``self`` in each.
+
+        Stops early once an epoch's loop is left before its end (a ``break`` out of the batches).
+        """
         while self.epoch < num_epochs:
-            yield self.epoch
+            epoch = self.epoch
+            yield epoch
+            if self.epoch == epoch:
+                return
 
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch's batches; then the next epoch begins."""
         set_epoch = getattr(self.loader.sampler, "set_epoch", None)
         if set_epoch is not None:
             set_epoch(self.epoch)
+        batches: Iterator[Any]
         if self.batch == 0:
             self._epoch_rng = self._generator().get_state()
             batches = iter(self.loader)
@@ -108,13 +115,14 @@ class DataPosition:
         self._generator().set_state(self._epoch_rng)
         batches = iter(self.loader)
         sampler = getattr(batches, "_sampler_iter", None)
-        cheap = (self.loader.num_workers == 0 and sampler is not None
-                 and not isinstance(self.loader.dataset, IterableDataset))
-        skip = sampler if cheap else batches
-        for _ in range(self.batch):
-            next(skip)
-        if cheap:
+        if (sampler is not None and self.loader.num_workers == 0
+                and not isinstance(self.loader.dataset, IterableDataset)):
+            for _ in range(self.batch):  # indices only: no sample is loaded
+                next(sampler)
             batches._num_yielded += self.batch  # type: ignore[attr-defined]
+        else:
+            for _ in range(self.batch):
+                next(batches)
         set_rng_state(restored)
         return batches
 

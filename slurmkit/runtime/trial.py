@@ -72,6 +72,7 @@ class TrialRun:
         self.own_group = not under_slurm
         self.proc: subprocess.Popen[bytes] | None = None
         self.signals: list[str] = []
+        self.job: dict[str, str] | None = None  # Slurm's view of the job when a signal came
         self.status: dict[str, Any] = {}
         self.policy: dict[str, Any] = self.config.get("requeue") or {"enabled": False}
         self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
@@ -143,15 +144,26 @@ class TrialRun:
         (REQUEUE_EXIT asks it to requeue this trial)."""
         if self.proc is None:
             return int(self.status.get("exit_code") or 1)
-        rc = self.proc.wait()
+        while True:
+            try:
+                rc = self.proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if self.signals and self.job is None and self.on_slurm:
+                    self.job = self._job_info()  # now, while Slurm's view is fresh
         return self._finish(128 - rc if rc < 0 else rc)
+
+    def _job_info(self) -> dict[str, str]:
+        return requeue.job_info(os.environ["SLURM_JOB_ID"],
+                                os.environ.get("SLURMD_NODENAME", socket.gethostname()))
 
     def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
         if self.on_slurm:
             cause = None
             if self.signals:
-                info = requeue.job_info(os.environ["SLURM_JOB_ID"])
+                info = self.job if self.job is not None else self._job_info()
+                attempt["slurm"] = {k: info[k] for k in requeue.EVIDENCE if k in info}
                 cause = requeue.classify(self.signals, self.policy.get("signal", "USR2"), info,
                                          int(self.policy.get("lead", 120)),
                                          int(os.environ.get("SLURM_RESTART_COUNT", "0")))
