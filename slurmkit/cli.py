@@ -116,6 +116,95 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
 
 
 @main.command()
+@click.argument("args", nargs=-1, metavar="JOB [OVERRIDES]...", required=True)
+@click.option("--backend", type=BACKEND, default="auto", show_default=True,
+              help="Where it runs; auto = Slurm when a controller answers, else local.")
+@click.option("--sweep-dir", metavar="DIR", help="Job directory (default OUTPUT_ROOT/NAME-TIME).")
+@click.option("--no-self-check", is_flag=True, help="Skip the container self-check.")
+@click.option("--dry-run", is_flag=True, help="Print the batch script; create and submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@_guard
+def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_check: bool,
+           dry_run: bool, as_json: bool) -> None:
+    """Submit one job (a spec without params; multi-node, containers, launchers).
+
+    \b
+    Examples:
+      slurmkit submit jobs/ddp.yaml
+      slurmkit submit jobs/ddp.yaml resources.nodes=16 container.image=nvcr.io/nvidia/pytorch:24.01-py3
+      slurmkit submit jobs/ddp.yaml --dry-run
+    """
+    from . import sweep as lib
+    from . import ui
+    from .spec import load
+
+    overrides = [*args[1:], *(["self_check=false"] if no_self_check else [])]
+    reporter = ui.Reporter(quiet=as_json)
+    result = lib.submit(load(args[0], overrides, job=True), backend=backend, sweep_dir=sweep_dir,
+                        dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
+    reporter.stop()
+    if as_json:
+        _emit_json(result.as_dict())
+    elif dry_run:
+        click.echo("\n".join(result.scripts), nl=False)
+    else:
+        ui.print_submission(result)
+    if any(code != 0 for code in result.exit_codes.values()):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...", required=True)
+@click.option("--plain", is_flag=True, help="A self-contained script for plain sbatch.")
+@_guard
+def render(args: tuple[str, ...], plain: bool) -> None:
+    """Print the batch script(s) of a job or sweep spec (nothing is created or submitted).
+
+    \b
+    Examples:
+      slurmkit render jobs/ddp.yaml resources.nodes=4
+      slurmkit render sweeps/lr.yaml --plain > lr.sbatch
+    """
+    from . import sweep as lib
+    from .spec import load
+
+    spec = load(args[0], args[1:], job=True)
+    if plain:
+        click.echo(lib.render_plain(spec, args[0]), nl=False)
+    else:
+        result = lib.submit(spec, backend="auto", dry_run=True)
+        click.echo("\n".join(result.scripts), nl=False)
+
+
+@main.group()
+def image() -> None:
+    """Container images on the shared filesystem."""
+
+
+@image.command("import")
+@click.argument("uri")
+@click.option("--to", "directory", required=True, metavar="DIR",
+              help="Directory on the shared filesystem for squashfs images.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@_guard
+def image_import(uri: str, directory: str, as_json: bool) -> None:
+    """Pre-stage URI as a squashfs with `enroot import` (skipped when already there).
+
+    \b
+    Example:
+      slurmkit image import nvcr.io/nvidia/pytorch:24.01-py3 --to /mnt/data/images
+      # then in a spec:  container: {image: /mnt/data/images/nvcr.io+nvidia+pytorch+24.01-py3.sqsh}
+    """
+    from .images import import_image
+
+    staged = import_image(uri, directory)
+    if as_json:
+        _emit_json({"path": staged.path, "created": staged.created})
+    else:
+        click.echo(f"{'imported' if staged.created else 'already staged'}: {staged.path}")
+
+
+@main.command()
 @click.argument("sweep_dir", metavar="DIR")
 @click.option("--json", "as_json", is_flag=True, help="Print every trial as JSON.")
 @click.option("--watch", is_flag=True, help="Refresh until every trial has finished.")

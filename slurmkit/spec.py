@@ -20,13 +20,17 @@ from .overrides import Distribution, OverrideError, Sweep, format_value, parse_o
 
 ARG_STYLES = ("hydra", "argparse", "none")
 TOP_KEYS = ("name", "command", "args", "params", "num_samples", "seed", "resources",
-            "max_parallel", "output_root", "env", "workdir", "requeue")
+            "max_parallel", "output_root", "env", "workdir", "requeue", "container", "launcher",
+            "profile", "self_check")
+LAUNCHERS = ("torchrun", "srun")
 REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
 CAUSES = ("preemption", "timeout", "node_failure", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
 RESOURCE_KEYS = ("partition", "time", "nodes", "cpus", "gpus", "mem", "account", "qos",
-                 "constraint", "extra")
+                 "constraint", "extra", "tasks_per_node", "exclusive", "switches",
+                 "cpus_per_task", "gpus_per_node")
+_ALIASES = {"cpus_per_task": "cpus", "gpus_per_node": "gpus"}
 CLI = "command line"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -55,16 +59,29 @@ class Resources:
     qos: str | None = None
     constraint: str | None = None
     extra: dict[str, str | int | bool] = field(default_factory=dict)
+    tasks_per_node: int = 1
+    exclusive: bool = False
+    switches: str | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs per node as a number (``h100:8`` -> 8)."""
+        return int(str(self.gpus).rsplit(":", 1)[-1]) if self.gpus else 0
 
     def sbatch_options(self) -> list[str]:
         """``--key=value`` options, in a stable order (values are validated: no whitespace)."""
         opts = []
         for key, flag in (("partition", "partition"), ("time", "time"), ("nodes", "nodes"),
                           ("cpus", "cpus-per-task"), ("gpus", "gpus-per-node"), ("mem", "mem"),
-                          ("account", "account"), ("qos", "qos"), ("constraint", "constraint")):
+                          ("account", "account"), ("qos", "qos"), ("constraint", "constraint"),
+                          ("switches", "switches")):
             value = getattr(self, key)
             if value is not None:
                 opts.append(f"--{flag}={value}")
+        if self.tasks_per_node > 1:
+            opts.append(f"--ntasks-per-node={self.tasks_per_node}")
+        if self.exclusive:
+            opts.append("--exclusive")
         for key, value in self.extra.items():
             if value is True:
                 opts.append(f"--{key}")
@@ -107,6 +124,10 @@ class SweepSpec:
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     requeue: Requeue = field(default_factory=Requeue)
+    container: dict[str, Any] | None = None
+    launcher: str | None = None
+    profile: str | None = None
+    self_check: bool = True
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -130,8 +151,9 @@ def _written(domain: Domain) -> Any:
     return list(domain.values) if isinstance(domain, Sweep) else [domain]
 
 
-def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
-    """Read ``path`` (YAML), apply Hydra-style ``overrides`` and validate."""
+def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> SweepSpec:
+    """Read ``path`` (YAML) over the profile and user config, apply Hydra-style ``overrides``
+    and validate. A ``job`` may have no ``params`` (it is one trial)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
     import yaml
@@ -148,6 +170,7 @@ def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
         raise SpecError("the top level must be a mapping of keys", file=path,
                         hint=f"allowed keys: {', '.join(TOP_KEYS)}")
     parsed = [_parse_cli(text) for text in overrides]
+    cfg = _with_defaults(cfg, parsed)
     for ov in parsed:
         if ov.key.split(".")[0] == "params":
             continue
@@ -181,7 +204,26 @@ def load(path: str, overrides: Sequence[str] = ()) -> SweepSpec:
             params[sub] = _single(ov.value)
             texts[sub] = text.split("=", 1)[1]
     data["params"] = params
-    return validate(data, path, texts)
+    return validate(data, path, texts, job=job)
+
+
+def _with_defaults(cfg: Any, parsed: list[Any]) -> Any:
+    """``cfg`` merged over the user config and the profile (the file wins)."""
+    from omegaconf import OmegaConf
+
+    from . import userconfig
+
+    user, user_path = userconfig.load()
+    chosen = next((ov.value for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
+                  cfg.get("profile") or user.get("profile"))
+    layers = [OmegaConf.create(userconfig.profile(str(chosen), user_path))] if chosen else []
+    merged = OmegaConf.merge(*layers, OmegaConf.create(user), cfg)
+    if "container" in merged and not (merged.container or {}).get("image"):
+        # container defaults (profile, user config) apply only to specs that name an image
+        container_given = "container" in cfg or any(ov.key.startswith("container.") for ov in parsed)
+        if not container_given:
+            del merged["container"]
+    return merged
 
 
 def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
@@ -189,7 +231,7 @@ def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
     data = dict(data)
     texts: dict[str, Any] = {}
     data["params"] = _param_space(data.get("params"), source, texts)
-    return validate(data, source, texts)
+    return validate(data, source, texts, job=True)
 
 
 def _parse_cli(text: str):
@@ -251,7 +293,7 @@ def _param_space(raw: Any, source: str, texts: dict[str, Any],
 
 
 def validate(data: Mapping[str, Any], source: str,
-             params_text: dict[str, Any] | None = None) -> SweepSpec:
+             params_text: dict[str, Any] | None = None, *, job: bool = False) -> SweepSpec:
     """Check every key and type; raise SpecError naming the file and key."""
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
@@ -267,7 +309,7 @@ def validate(data: Mapping[str, Any], source: str,
         raise SpecError(f"{args!r} is not allowed", file=source, key="args",
                         hint=f"allowed values: {', '.join(ARG_STYLES)}")
     params: dict[str, Domain] = data.get("params") or {}
-    if not params:
+    if not params and not job:
         raise SpecError("empty search space: no parameters", file=source, key="params",
                         hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}")
     for key, dom in params.items():
@@ -289,10 +331,24 @@ def validate(data: Mapping[str, Any], source: str,
     if workdir is not None:
         workdir = _typed(data, "workdir", str, source, default=None)
     resources = _resources(data.get("resources"), source)
+    env = _env(data.get("env"), source)
+    launcher = data.get("launcher")
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise SpecError(f"{launcher!r} is not allowed", file=source, key="launcher",
+                        hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)")
+    container = data.get("container")
+    if container is not None:
+        from . import pyxis
+
+        pyxis.container_options(container, submit_dir=data.get("workdir") or os.getcwd(),
+                                env_names=env, source=source)
+        container = dict(container)
+    profile = _typed(data, "profile", str, source, default=None)
     return SweepSpec(
         name=name, command=command, params=dict(params), args=args, num_samples=num_samples,
         seed=seed, max_parallel=max_parallel, output_root=output_root,
-        resources=resources, env=_env(data.get("env"), source),
+        resources=resources, env=env, container=container, launcher=launcher, profile=profile,
+        self_check=_typed(data, "self_check", bool, source, default=True),
         workdir=workdir, source=source, params_text=dict(params_text or {}),
         requeue=_requeue(data.get("requeue"), source, resources.time),
     )
@@ -363,9 +419,10 @@ def _resources(raw: Any, source: str) -> Resources:
     if unknown:
         raise SpecError(f"unknown key {unknown[0]!r}", file=source, key=f"resources.{unknown[0]}",
                         hint=f"allowed keys: {', '.join(RESOURCE_KEYS)}")
+    raw = {_ALIASES.get(k, k): v for k, v in raw.items()}
     p = "resources."
     words = {}
-    for key in ("partition", "account", "qos", "constraint"):
+    for key in ("partition", "account", "qos", "constraint", "switches"):
         value = _typed(raw, key, str, source, default=None, prefix=p)
         if value is not None and not _SLURM_WORD.match(value):
             raise SpecError(f"{value!r} has characters Slurm does not accept here", file=source,
@@ -399,6 +456,8 @@ def _resources(raw: Any, source: str) -> Resources:
         time=time, mem=mem, gpus=gpus,
         nodes=_positive(raw, "nodes", source, default=1, prefix=p),
         cpus=_positive(raw, "cpus", source, default=1, prefix=p),
+        tasks_per_node=_positive(raw, "tasks_per_node", source, default=1, prefix=p),
+        exclusive=_typed(raw, "exclusive", bool, source, default=False, prefix=p),
         extra=_extra(raw.get("extra"), source), **words,
     )
 
@@ -426,7 +485,7 @@ def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
     return extra
 
 
-RESUMABLE = ("resources", "max_parallel", "env", "requeue")
+RESUMABLE = ("resources", "max_parallel", "env", "requeue", "container", "self_check")
 
 
 def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) -> SweepSpec:

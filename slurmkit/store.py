@@ -31,8 +31,11 @@ def default_root(spec: SweepSpec) -> str:
 
 def sweep_config(spec: SweepSpec, submit_dir: str) -> dict[str, Any]:
     """What ``sweep.json`` holds: the resolved spec plus where and by what it was made."""
+    from .launch import plan
+
     return {**spec.to_dict(), "source": spec.source, "submit_dir": submit_dir,
-            "created": time.time(), "slurmkit_version": __version__}
+            "launch": plan(spec, submit_dir), "created": time.time(),
+            "slurmkit_version": __version__}
 
 
 def create(spec: SweepSpec, trials: list[Trial], root: str,

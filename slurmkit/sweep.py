@@ -82,12 +82,20 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
     """
     trials = plan.expand(spec)
     target = choose_backend(backend)
+    if target.backend == "local" and spec.container and not dry_run:
+        raise UserError("container trials need Slurm with pyxis; the local backend runs none",
+                        key="--backend", hint="submit from a login node of the cluster")
     root = os.path.abspath(sweep_dir) if sweep_dir else store.default_root(spec)
     _check_path(root)
     if dry_run:
         scripts = [s for _, s in render_scripts(spec, range(len(trials)), target.max_array_size, root)]
         return Submission(root, target.backend, len(trials), list(range(len(trials))),
                           scripts=scripts, note=target.note, dry_run=True)
+    if target.backend == "slurm" and spec.container and not slurm.has_pyxis():
+        raise UserError("this cluster has no pyxis: srun does not know --container-image",
+                        file=spec.source, key="container",
+                        hint="pyxis (NVIDIA's SPANK plugin for enroot) must be installed on the "
+                             "cluster, or leave out the container block")
     sweep = store.create(spec, trials, root)
     try:
         if on_target is not None:
@@ -118,12 +126,18 @@ def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = No
     last = (store.submissions(sweep) or [{}])[-1].get("backend", "auto")
     target = choose_backend(backend or ("auto" if last == "local" else last))
     total = len(current.trials)
+    if target.backend == "local" and spec.container:
+        raise UserError("container trials need Slurm with pyxis; the local backend runs none",
+                        key="--backend")
     if dry_run or not todo:
         scripts = [s for _, s in render_scripts(spec, todo, target.max_array_size, sweep.root)] if todo else []
         return Submission(sweep.root, target.backend, total, todo, scripts=scripts,
                           note=target.note, dry_run=dry_run)
     if overrides:
-        atomic_write_json(sweep.sweep_json, {**config, **spec.to_dict()})
+        from .launch import plan as launch_plan
+
+        atomic_write_json(sweep.sweep_json, {**config, **spec.to_dict(),
+                                             "launch": launch_plan(spec, config["submit_dir"])})
     if on_target is not None:
         on_target(target, sweep)
     return _dispatch(spec, sweep, target, todo, total, on_done, first=False)

@@ -68,6 +68,12 @@ def max_array_size(cfg: dict[str, str]) -> int:
         return DEFAULT_MAX_ARRAY_SIZE
 
 
+def has_pyxis() -> bool:
+    """pyxis (the SPANK plugin) adds ``--container-image`` to srun's options."""
+    proc = _run(["srun", "--help"], timeout=30)
+    return "--container-image" in proc.stdout
+
+
 def partitions() -> list[str]:
     proc = _run(["sinfo", "--noheader", "--format=%R"], timeout=30)
     return sorted(set(proc.stdout.split())) if proc.returncode == 0 else []

@@ -1,4 +1,4 @@
-"""torch.distributed from the launcher's environment: torchrun's, else Slurm's (stdlib only at import).
+"""torch.distributed set up from torchrun's or Slurm's environment (stdlib only at import).
 
     from slurmkit.runtime import distributed
     info = distributed.init()                  # nccl on GPUs, gloo on CPU

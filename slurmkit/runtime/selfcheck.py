@@ -117,7 +117,7 @@ def check_path(path: str) -> Check:
         action = "read back a file in"
         with open(name, "rb") as fh:
             if fh.read() != payload:
-                return Check("path", False, f"{path}: a file read back differs from what was written")
+                return Check("path", False, f"{path}: a file read back differs from the one written")
         action = "delete a file in"
         os.unlink(name)
         created = False

@@ -109,6 +109,12 @@ class TrialRun:
                "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
                "SLURMKIT_ATTEMPT": str(attempt["n"]),
                ENV_SIGNAL: self.policy.get("signal", "USR2")}
+        launch = cfg.get("launch") or {}
+        if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
+            from ..launch import fill, rendezvous
+
+            env.update(rendezvous(env))
+            argv = fill(launch, env) + argv
         cwd = cfg.get("workdir") or cfg.get("submit_dir") or None
         with open(self.sweep.output(self.id), "ab") as log:
             header = (f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "

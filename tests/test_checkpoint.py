@@ -1,0 +1,438 @@
+"""slurmkit.runtime.checkpoint: atomic commits, pruning, damaged checkpoints, async saves,
+fsspec, full and read-only storage, kill -9 at random points, two ranks over gloo."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import fsspec
+import pytest
+from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+
+from slurmkit.runtime.checkpoint import COMMIT, Checkpointer, CheckpointError, agree_step
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.filterwarnings("ignore:slurmkit.checkpoint")
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step-{step:012d}"
+
+
+def data_file(root: Path, step: int) -> Path:
+    (name,) = json.loads((step_dir(root, step) / COMMIT).read_text())["files"]
+    return step_dir(root, step) / name
+
+
+def test_round_trip_and_commit_record(tmp_path: Path) -> None:
+    state = {"step": 7, "lr": 0.1, "names": ["a", "b"], "blob": os.urandom(3 << 20)}
+    ckpt = Checkpointer(tmp_path)
+    assert ckpt.load_latest() is None
+    ckpt.save(state, 7)
+    assert ckpt.load_latest() == (7, state)
+    assert ckpt.load(7) == state
+    assert ckpt.steps() == [7] and ckpt.latest_step() == 7
+    record = json.loads((step_dir(tmp_path, 7) / COMMIT).read_text())
+    assert record["step"] == 7 and record["format"] == 1 and record["time"] <= time.time()
+    (name, info), = record["files"].items()
+    body = (step_dir(tmp_path, 7) / name).read_bytes()
+    assert info == {"size": len(body), "crc32": zlib.crc32(body)}
+    assert sorted(os.listdir(step_dir(tmp_path, 7))) == sorted([COMMIT, name])
+
+
+def test_tensors_sync_and_async(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
+    state = {"model": model.state_dict(), "view": base[1:, ::2], "base": base,
+             "param": torch.nn.Parameter(torch.ones(3)), "big": torch.randn(1 << 19),
+             "meta": {"epoch": 3, "sizes": (1, 2)}}
+    for async_save in (False, True):
+        root = tmp_path / str(async_save)
+        with Checkpointer(root, async_save=async_save) as ckpt:
+            ckpt.save(state, 1)
+            expected = {k: v.clone() for k, v in state["model"].items()}
+            with torch.no_grad():  # in-place updates after save must not reach the checkpoint
+                for p in model.parameters():
+                    p.add_(1)
+                base.add_(100)
+            ckpt.wait()
+            step, loaded = ckpt.load_latest()
+            with torch.no_grad():
+                base.sub_(100)
+                for p in model.parameters():
+                    p.sub_(1)
+        assert step == 1 and loaded["meta"] == state["meta"]
+        assert all(torch.equal(loaded["model"][k], v) for k, v in expected.items())
+        assert hasattr(loaded["model"], "_metadata")
+        assert torch.equal(loaded["view"], base[1:, ::2])
+        assert torch.equal(loaded["big"], state["big"])
+        view, whole = loaded["view"].untyped_storage(), loaded["base"].untyped_storage()
+        assert view.data_ptr() == whole.data_ptr()  # still one storage
+        assert isinstance(loaded["param"], torch.nn.Parameter)
+
+
+def test_keep_last_k_and_resave(tmp_path: Path) -> None:
+    ckpt = Checkpointer(tmp_path, keep=2)
+    for step in range(5):
+        ckpt.save({"step": step}, step)
+    ckpt.wait()
+    assert ckpt.steps() == [3, 4]
+    assert sorted(os.listdir(tmp_path)) == [step_dir(tmp_path, 3).name, step_dir(tmp_path, 4).name]
+    ckpt.save({"step": 4, "again": True}, 4)  # saving a committed step again replaces it whole
+    ckpt.wait()
+    assert ckpt.load_latest() == (4, {"step": 4, "again": True})
+    assert len(os.listdir(step_dir(tmp_path, 4))) == 2
+    ckpt.save({"step": 2}, 2)  # an older step than the newest: kept too, it was just written
+    ckpt.wait()
+    assert ckpt.steps() == [2, 3, 4]
+
+
+def test_load_latest_skips_damaged(tmp_path: Path) -> None:
+    ckpt = Checkpointer(tmp_path, keep=10)
+    for step in range(1, 7):
+        ckpt.save({"step": step, "blob": bytes(1000)}, step)
+    ckpt.wait()
+    # a half-done save of step 7: temp files only, no commit record
+    step_dir(tmp_path, 7).mkdir()
+    (step_dir(tmp_path, 7) / ".tmp-state-0000.pkl.1234").write_bytes(b"partial")
+    (step_dir(tmp_path, 7) / ".tmp-COMMIT.json.5678").write_bytes(b"{")
+    (tmp_path / "unrelated.txt").write_text("x")
+    assert Checkpointer(tmp_path).load_latest()[0] == 6
+    damage = {
+        6: lambda: data_file(tmp_path, 6).write_bytes(data_file(tmp_path, 6).read_bytes()[:-1]
+                                                    + b"!"),  # bit rot: checksum
+        5: lambda: data_file(tmp_path, 5).unlink(),  # missing data file
+        4: lambda: (step_dir(tmp_path, 4) / COMMIT).write_text('{"step": 4, "fil'),  # torn record
+        3: lambda: os.truncate(data_file(tmp_path, 3), 10),  # torn data file
+        2: lambda: (step_dir(tmp_path, 2) / COMMIT).write_text('{"step": 9, "files": {}}'),
+    }
+    for step, spoil in damage.items():
+        spoil()
+        fresh = Checkpointer(tmp_path)
+        with pytest.warns(RuntimeWarning, match="skipping step"):
+            found = fresh.load_latest()
+        assert found == (step - 1, {"step": step - 1, "blob": bytes(1000)})
+        if step in (6, 5, 3):
+            with pytest.raises(CheckpointError, match=f"step {step}"):
+                fresh.load(step)
+    data_file(tmp_path, 1).unlink()
+    assert Checkpointer(tmp_path).load_latest() is None
+    # the next save removes the leftovers: uncommitted and damaged-record directories
+    ckpt = Checkpointer(tmp_path, keep=2)
+    ckpt.save({"step": 8}, 8)
+    ckpt.wait()
+    assert not step_dir(tmp_path, 7).exists() and not step_dir(tmp_path, 4).exists()
+    assert ckpt.load_latest() == (8, {"step": 8})
+
+
+class GatedFS(MemoryFileSystem):
+    """In-memory filesystem whose file writes wait for ``gate``: a storage as slow as we like."""
+
+    protocol = "gatedmem"
+    store: dict = {}
+    pseudo_dirs = [""]
+    gate = threading.Event()
+
+    def _open(self, path, mode="rb", **kwargs):  # type: ignore[override]
+        if "w" not in mode:
+            return super()._open(path, mode, **kwargs)
+        f = GatedFile(self, self._strip_protocol(path))
+        f.commit()
+        return f
+
+
+class GatedFile(MemoryFile):
+    def write(self, data):  # type: ignore[override]
+        assert GatedFS.gate.wait(30)
+        return super().write(data)
+
+
+def test_async_save_returns_before_write_and_next_save_waits() -> None:
+    torch = pytest.importorskip("torch")
+    fsspec.register_implementation("gatedmem", GatedFS, clobber=True)
+    GatedFS.gate.clear()
+    weights = torch.zeros(1000)
+    ckpt = Checkpointer("gatedmem://run", async_save=True)
+    ckpt.save({"w": weights}, 1)  # returns although no byte can be written yet
+    weights.add_(1)  # training goes on; the snapshot is not affected
+    assert ckpt.steps() == []
+    done = threading.Event()
+    second = threading.Thread(target=lambda: (ckpt.save({"w": weights}, 2), done.set()))
+    second.start()
+    assert not done.wait(0.3), "the next save must wait for the pending write"
+    GatedFS.gate.set()
+    second.join(30)
+    assert done.is_set()
+    ckpt.wait()
+    assert ckpt.steps() == [1, 2]
+    assert torch.equal(ckpt.load(1)["w"], torch.zeros(1000))
+    assert torch.equal(ckpt.load_latest()[1]["w"], torch.ones(1000))
+    ckpt.close()
+
+
+def test_async_error_is_raised_at_next_call(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    ckpt = Checkpointer(tmp_path, async_save=True)
+    ckpt.save({"ok": 1}, 1)
+    ckpt.save({"bad": lambda: None}, 2)  # not picklable: fails in the writer thread
+    with pytest.raises(Exception, match="lambda|pickle"):
+        ckpt.wait()
+    ckpt.wait()  # raised once
+    assert ckpt.load_latest() == (1, {"ok": 1})
+    assert os.listdir(tmp_path) == [step_dir(tmp_path, 1).name]
+    ckpt.save({"bad": lambda: None}, 3)
+    with pytest.raises(Exception, match="lambda|pickle"):
+        ckpt.save({"ok": 4}, 4)  # the next save raises the previous one's error
+    ckpt.close()
+
+
+def test_fsspec_memory_backend(tmp_path: Path) -> None:
+    local = Checkpointer(f"file://{tmp_path}")  # a local URL: plain files, with fsync
+    local.save({"x": 1}, 1)
+    assert local.root == str(tmp_path) and Checkpointer(tmp_path).load_latest() == (1, {"x": 1})
+    url = f"memory://ckpt-{os.getpid()}"
+    ckpt = Checkpointer(url, keep=2)
+    for step in range(4):
+        ckpt.save({"step": step, "blob": bytes(2 << 20)}, step)
+    ckpt.wait()
+    assert ckpt.steps() == [2, 3]
+    assert Checkpointer(url).load_latest() == (3, {"step": 3, "blob": bytes(2 << 20)})
+    fs = fsspec.filesystem("memory")
+    (data,) = [p for p in fs.ls(f"/ckpt-{os.getpid()}/step-000000000003", detail=False)
+               if "state-" in p]
+    fs.pipe(data, b"garbage")
+    assert Checkpointer(url).load_latest()[0] == 2
+    assert not [p for p in fs.find(f"/ckpt-{os.getpid()}") if ".tmp-" in p]
+
+
+def test_only_rank_zero_writes(tmp_path: Path) -> None:
+    Checkpointer(tmp_path / "r1", rank=1).save({"x": 1}, 1)
+    assert not (tmp_path / "r1").exists()
+    assert agree_step(5) == 5 and agree_step(None) is None
+
+
+STORAGE_SCRIPT = """
+import errno, os, sys
+sys.path.insert(0, {root!r})
+from slurmkit.runtime.checkpoint import Checkpointer, CheckpointError
+mnt = sys.argv[1]
+for async_save in (False, True):
+    where = os.path.join(mnt, "async" if async_save else "sync")
+    ckpt = Checkpointer(where, async_save=async_save)
+    ckpt.save({{"step": 1, "blob": bytes(100_000)}}, 1)
+    ckpt.wait()
+    try:  # 2 MiB does not fit in the 1 MiB filesystem
+        ckpt.save({{"step": 2, "blob": os.urandom(2 << 20)}}, 2)
+        ckpt.wait()
+    except CheckpointError as exc:
+        assert exc.errno == errno.ENOSPC and where in str(exc) and "step 2" in str(exc), exc
+        print("full:", exc)
+    else:
+        raise AssertionError("no error on a full filesystem")
+    assert sorted(os.listdir(where)) == ["step-000000000001"], os.listdir(where)
+    assert ckpt.load_latest() == (1, {{"step": 1, "blob": bytes(100_000)}})
+os.system(f"mount -o remount,ro {{mnt}}")
+ckpt = Checkpointer(os.path.join(mnt, "sync"))
+try:
+    ckpt.save({{"step": 3}}, 3)
+except CheckpointError as exc:
+    assert exc.errno == errno.EROFS and "step 3" in str(exc), exc
+    print("read-only:", exc)
+else:
+    raise AssertionError("no error on a read-only filesystem")
+assert ckpt.load_latest() == (1, {{"step": 1, "blob": bytes(100_000)}})
+print("ok")
+"""
+
+
+def test_full_and_read_only_storage(tmp_path: Path) -> None:
+    """A real 1 MiB tmpfs, later remounted read-only, in a private mount namespace (as root)."""
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare -m (root) for a private tmpfs mount")
+    script = tmp_path / "storage.py"
+    script.write_text(STORAGE_SCRIPT.format(root=str(ROOT)))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c",
+         f"mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs {mnt} && "
+         f"exec {sys.executable} {script} {mnt}"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No space left on device" in proc.stdout and "Read-only file system" in proc.stdout
+
+
+def content(step: int) -> dict:
+    """What the crash test's child saves as ``step``: up to 256 KiB, different for each step."""
+    size = (step * 7919) % (256 << 10)
+    digest = hashlib.sha256(str(step).encode()).digest()
+    return {"step": step, "blob": (digest * (size // 32 + 1))[:size]}
+
+
+CRASH_CHILD = """
+import hashlib, sys
+sys.path.insert(0, {root!r})
+from slurmkit.runtime.checkpoint import Checkpointer
+
+{content}
+ckpt = Checkpointer(sys.argv[1], keep=2)
+found = ckpt.load_latest()
+step = 0 if found is None else found[0] + 1
+print("ready", flush=True)
+while True:
+    ckpt.save(content(step), step)
+    step += 1
+"""
+
+
+def _phase(root: Path) -> str:
+    """Where the newest save was when it was killed, from what it left."""
+    dirs = sorted(root.iterdir())
+    if not dirs:
+        return "before the first save"
+    names = os.listdir(dirs[-1])
+    if COMMIT in names:
+        return "committed (between saves, or pruning)"
+    if any(n.startswith(".tmp-COMMIT") for n in names):
+        return "writing the commit record"
+    if any(n.startswith("state-") for n in names):
+        return "data renamed, no commit yet"
+    if any(n.startswith(".tmp-") for n in names):
+        return "writing the data"
+    return "directory created"
+
+
+def test_kill_9_at_random_points_leaves_a_valid_checkpoint(tmp_path: Path) -> None:
+    kills = int(os.environ.get("SLURMKIT_CRASH_KILLS", "200"))
+    root = tmp_path / "ckpts"
+    script = tmp_path / "child.py"
+    script.write_text(CRASH_CHILD.format(root=str(ROOT), content=inspect.getsource(content)))
+    probe = Checkpointer(tmp_path / "probe", keep=2)  # how long a save takes on this machine
+    start = time.perf_counter()
+    for step in range(10):
+        probe.save(content(step), step)
+    window = min(max(5 * (time.perf_counter() - start) / 10, 0.01), 0.06)  # about five saves
+    rng = random.Random(1234)
+    phases: Counter[str] = Counter()
+    latest = -1
+    for _ in range(kills):
+        child = subprocess.Popen([sys.executable, "-S", str(script), str(root)],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0, window))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        phases[_phase(root)] += 1
+        found = Checkpointer(root).load_latest()
+        if found is None:
+            assert latest == -1, "a committed checkpoint disappeared"
+            continue
+        step, state = found
+        assert step >= latest, f"step went back from {latest} to {step}"
+        assert state == content(step)
+        latest = step
+    print(f"{kills} kills within {window * 1000:.0f} ms of a start, reached step {latest}; "
+          f"phases at the kill: {dict(phases)}")
+    assert latest >= kills // 10
+    assert len(phases) >= 3, phases
+
+
+REPLICATED = """
+import os, sys
+sys.path.insert(0, {root!r})
+import torch, torch.distributed as dist
+from slurmkit.runtime.checkpoint import Checkpointer, agree_step
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+root = sys.argv[1]
+assert agree_step(7 if rank == 0 else 5) == 5
+assert agree_step(None if rank == 1 else 3) is None
+
+ckpt = Checkpointer(os.path.join(root, "replicated"), keep=2)
+assert ckpt.rank == rank
+for step in (10, 20, 30):
+    ckpt.save({{"step": step, "w": torch.full((4,), float(step))}}, step)
+ckpt.wait()  # rank 0's pruning
+dist.barrier()
+assert ckpt.steps() == [20, 30]
+step, state = ckpt.resume()
+assert step == 30 and torch.equal(state["w"], torch.full((4,), 30.0))
+dist.barrier()
+dist.destroy_process_group()
+print("rank", rank, "ok")
+"""
+
+SHARDED = """
+import os, sys
+sys.path.insert(0, {root!r})
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from slurmkit.runtime.checkpoint import Checkpointer
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+root = sys.argv[1]
+mesh = init_device_mesh("cpu", (2,))
+full = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+sharded = Checkpointer(os.path.join(root, "sharded"), keep=1)
+assert sharded.load_sharded({{"w": distribute_tensor(torch.zeros(8, 8), mesh, [Shard(0)])}}) is None
+for step in (1, 2):
+    state = {{"w": distribute_tensor(full * step, mesh, [Shard(0)]), "step": step}}
+    sharded.save_sharded(state, step)
+assert sharded.steps() == [2]
+target = {{"w": distribute_tensor(torch.zeros(8, 8), mesh, [Shard(0)]), "step": 0}}
+assert sharded.load_sharded(target) == 2
+assert torch.equal(target["w"].full_tensor(), full * 2) and target["step"] == 2
+dist.barrier()
+dist.destroy_process_group()
+print("rank", rank, "ok")
+"""
+
+
+def run_two_ranks(script: str, tmp_path: Path) -> None:
+    """Run ``script`` as ranks 0 and 1 of a gloo process group on this machine."""
+    path = tmp_path / "ranks.py"
+    path.write_text(script.format(root=str(ROOT)))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen([sys.executable, str(path), str(tmp_path)],
+                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    ok = all(p.returncode == 0 and f"rank {r} ok" in out
+             for r, (p, out) in enumerate(zip(procs, outs, strict=True)))
+    assert ok, "\n".join(f"--- rank {r}:\n{out}" for r, out in enumerate(outs))
+
+
+def test_two_ranks_agree_on_the_step(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed")
+    run_two_ranks(REPLICATED, tmp_path)
+
+
+def test_two_ranks_sharded_dcp(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed.checkpoint")
+    pytest.importorskip("numpy", reason="torch.distributed's object collectives (DCP) need numpy")
+    run_two_ranks(SHARDED, tmp_path)
+    record = json.loads((step_dir(tmp_path / "sharded", 2) / COMMIT).read_text())
+    assert record["kind"] == "dcp" and any(f.endswith(".metadata") for f in record["files"])

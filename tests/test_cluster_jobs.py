@@ -1,0 +1,57 @@
+"""Multi-node jobs on the real test cluster, run from the very script slurmkit renders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from test_cluster_sweeps import wait_sweep
+
+pytestmark = pytest.mark.cluster
+PAYLOAD = ROOT / "tests" / "payloads" / "allreduce.py"
+
+
+def submit_job(tmp_path: Path, body: str, *overrides: str, expect: int = 0):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(body)
+    proc = run_cli("submit", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
+                   "--json", *overrides, cwd=tmp_path)
+    assert proc.returncode == expect, proc.stderr
+    return json.loads(proc.stdout) if expect == 0 else proc
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_two_nodes_two_tasks_all_reduce(slurm_cluster, tmp_path, launcher):
+    result = submit_job(tmp_path, f"""
+name: allreduce-{launcher}
+command: [python, {PAYLOAD}]
+launcher: {launcher}
+resources: {{nodes: 2, tasks_per_node: 2, time: "0:05:00"}}
+env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
+""")
+    final = wait_sweep(result["sweep_dir"], timeout=180)
+    trial = final["trials"][0]
+    tdir = Path(result["sweep_dir"]) / "trials" / trial["id"]
+    assert final["counts"] == {"COMPLETED": 1}, (tdir / "output.log").read_text()[-3000:]
+    ranks = [json.loads((tdir / f"rank-{r}.json").read_text()) for r in range(4)]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert all(r["world_size"] == 4 and r["sum"] == 10.0 for r in ranks)
+    assert sorted(r["local_rank"] for r in ranks) == [0, 0, 1, 1]
+    hosts = sorted(r["host"] for r in ranks)
+    assert len(set(hosts)) == 2 and hosts[0] == hosts[1] and hosts[2] == hosts[3]
+    assert len({r["master"] for r in ranks}) == 1
+
+
+def test_container_job_without_pyxis_names_the_plugin(slurm_cluster, tmp_path):
+    proc = submit_job(tmp_path, f"""
+name: boxed
+command: [python, {PAYLOAD}]
+container: {{image: nvcr.io/nvidia/pytorch:24.01-py3}}
+""", expect=2)
+    assert "pyxis" in proc.stderr and "--container-image" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
