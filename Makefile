@@ -42,6 +42,7 @@ cluster-down:
 
 bench: install
 	$(PY) bench/run.py
+	$(PY) bench/checkpoint.py
 
 # Regenerate the ready-to-submit scripts under sbatch/ from sweeps/*.yaml.
 sbatch: install
