@@ -48,7 +48,7 @@ bench: install
 sbatch: install
 	@for f in sweeps/*.yaml; do \
 	  n=$$(basename $$f .yaml); \
-	  $(VENV)/bin/slurmkit sweep $$f --dry-run --plain > sbatch/$$n.sbatch || exit 1; \
+	  SLURMKIT_CONFIG=/dev/null $(VENV)/bin/slurmkit render $$f --plain > sbatch/$$n.sbatch || exit 1; \
 	  echo "sbatch/$$n.sbatch"; \
 	done
 

@@ -37,6 +37,22 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _outcome(result: Any, as_json: bool) -> None:
+    """Print what a submission did (or would do); exit 1 when a local trial failed."""
+    from . import ui
+
+    if as_json:
+        _emit_json(result.as_dict())
+    elif result.dry_run:
+        click.echo("\n".join(result.scripts))
+        ui.note(f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
+                f"for {result.sweep_dir}; nothing was created or submitted")
+    else:
+        ui.print_submission(result)
+    if any(code != 0 for code in result.exit_codes.values()):
+        sys.exit(1)
+
+
 def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
 
@@ -102,17 +118,7 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
         result = lib.submit(load(args[0], args[1:]), backend=backend, sweep_dir=sweep_dir,
                             dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
     reporter.stop()
-    if as_json:
-        _emit_json(result.as_dict())
-    elif dry_run:
-        for text in result.scripts:
-            click.echo(text)
-        ui.note(f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
-                f"for {result.sweep_dir}; nothing was created or submitted")
-    else:
-        ui.print_submission(result)
-    if any(code != 0 for code in result.exit_codes.values()):
-        sys.exit(1)
+    _outcome(result, as_json)
 
 
 @main.command()
@@ -130,9 +136,9 @@ def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_c
 
     \b
     Examples:
-      slurmkit submit jobs/ddp.yaml
-      slurmkit submit jobs/ddp.yaml resources.nodes=16 container.image=nvcr.io/nvidia/pytorch:24.01-py3
-      slurmkit submit jobs/ddp.yaml --dry-run
+      slurmkit submit sweeps/ddp.yaml
+      slurmkit submit sweeps/ddp.yaml resources.nodes=16 container.image=nvcr.io/nvidia/pytorch:24.01-py3
+      slurmkit submit sweeps/ddp.yaml --dry-run
     """
     from . import sweep as lib
     from . import ui
@@ -143,14 +149,7 @@ def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_c
     result = lib.submit(load(args[0], overrides, job=True), backend=backend, sweep_dir=sweep_dir,
                         dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
     reporter.stop()
-    if as_json:
-        _emit_json(result.as_dict())
-    elif dry_run:
-        click.echo("\n".join(result.scripts), nl=False)
-    else:
-        ui.print_submission(result)
-    if any(code != 0 for code in result.exit_codes.values()):
-        sys.exit(1)
+    _outcome(result, as_json)
 
 
 @main.command()
@@ -162,7 +161,7 @@ def render(args: tuple[str, ...], plain: bool) -> None:
 
     \b
     Examples:
-      slurmkit render jobs/ddp.yaml resources.nodes=4
+      slurmkit render sweeps/ddp.yaml resources.nodes=4
       slurmkit render sweeps/lr.yaml --plain > lr.sbatch
     """
     from . import sweep as lib

@@ -30,6 +30,13 @@ def write_spec(path: Path, body: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_user_config(monkeypatch):
+    """Tests never see the developer's ~/.config/slurmkit/config.yaml."""
+    if "SLURMKIT_CONFIG" not in os.environ:
+        monkeypatch.setenv("SLURMKIT_CONFIG", os.devnull)
+
+
 @pytest.fixture
 def spec_file(tmp_path: Path):
     """``spec_file(body)`` writes a sweep spec into tmp_path and returns its path."""

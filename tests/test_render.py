@@ -69,7 +69,7 @@ def test_dry_run_prints_and_creates_nothing(tmp_path, spec_file):
 def test_committed_sbatch_scripts_are_fresh(spec_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     rel = os.path.relpath(spec_path, ROOT)
-    expected = lib.render_plain(spec_mod.load(rel), rel)
+    expected = lib.render_plain(spec_mod.load(rel, job=True), rel)
     committed = ROOT / "sbatch" / (Path(spec_path).stem + ".sbatch")
     assert committed.exists(), f"{committed} missing: run `make sbatch`"
     assert committed.read_text() == expected, f"{committed} is stale: run `make sbatch`"
