@@ -14,7 +14,7 @@ PLAIN_PYTHON = "python3"
 
 
 def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python: str,
-                 spec_path: str | None = None) -> str:
+                 spec_path: str | None = None, step: list[str] | None = None) -> str:
     """The ``sbatch`` script for one array chunk of a sweep.
 
     ``sweep_dir`` is the prepared sweep directory (absolute). With ``sweep_dir=None`` the script
@@ -46,6 +46,7 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         f"# Rendered by slurmkit {__version__}: sweep {spec.name!r}, "
         f"{len(chunk.indices)} trials from index {chunk.indices[0]}.",
         "# Parameters live in the sweep directory (trials.jsonl), never in this script.",
+        *_describe(step),
         *(f"#SBATCH {opt}" for opt in sbatch),
         "set -u",
         sweep_line,
@@ -56,6 +57,14 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         "",
     ]
     return "\n".join(lines)
+
+
+def _describe(step: list[str] | None) -> list[str]:
+    """Comment lines showing how the runtime launches each trial (argv; validated values)."""
+    if not step:
+        return []
+    return ["# The runtime launches each trial as (no shell; {...} filled in on the first node):",
+            f"#   {shlex.join(step)} COMMAND [PARAMETERS]"]
 
 
 def _supervise(command: str, signal: str | None, job_ref: str) -> list[str]:

@@ -69,7 +69,12 @@ def choose_backend(name: str) -> Target:
 def render_scripts(spec: spec_mod.SweepSpec, indices: Sequence[int], max_array_size: int,
                    sweep_dir: str, python: str = sys.executable) -> list[tuple[plan.Chunk, str]]:
     """One script per array chunk for the given trial indices."""
-    return [(c, render.render_array(spec, c, sweep_dir=sweep_dir, python=python))
+    from .launch import fill, plan as launch_plan
+
+    rdzv = {"MASTER_ADDR": "{master_addr}", "MASTER_PORT": "{master_port}"}
+    step = fill(launch_plan(spec, os.getcwd()), {**rdzv, "SLURM_NNODES": str(spec.resources.nodes),
+                                                 "SLURM_JOB_ID": "{job_id}"})
+    return [(c, render.render_array(spec, c, sweep_dir=sweep_dir, python=python, step=step))
             for c in plan.chunks(indices, max_array_size)]
 
 
