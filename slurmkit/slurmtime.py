@@ -31,11 +31,3 @@ def parse_seconds(text: str) -> int | None:
             return seconds
     raise ValueError(f"{text!r} is not a Slurm time ({ACCEPTED})")
 
-
-def format_seconds(seconds: int) -> str:
-    """Render seconds as ``D-HH:MM:SS`` (or ``HH:MM:SS`` under a day)."""
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock

@@ -130,3 +130,37 @@ def test_missing_program_fails_cleanly(tmp_path):
     assert proc.returncode == 1
     st = json.loads(run_cli("status", result["sweep_dir"], "--json").stdout)
     assert st["trials"][0]["state"] == "FAILED" and st["trials"][0]["exit_code"] == 127
+
+
+def test_stopping_a_local_sweep_loses_nothing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = tmp_path / "s.yaml"
+    # a trial sleeps t seconds, unless FAST is set (the resume below sets it through env)
+    code = "import os,sys,time; time.sleep(0 if os.environ.get('FAST') else float(sys.argv[1][2:]))"
+    spec.write_text(f"command: [python, -c, {json.dumps(code)}]\n"
+                    f"params: {{t: [30, 31, 0.1, 0.2]}}\nmax_parallel: 2\noutput_root: {tmp_path / 'runs'}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "slurmkit.cli", "sweep", str(spec),
+                             "--backend", "local", "--json"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.time() + 30
+    while time.time() < end and not list((tmp_path / "runs").glob("*/trials/*/status.json")):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    root = str(next((tmp_path / "runs").iterdir()))
+    st = json.loads(run_cli("status", root, "--json").stdout)
+    stopped = [t for t in st["trials"] if t["state"] == "TERMINATED"]
+    assert len(stopped) == 2 and {t["params"]["t"] for t in stopped} == {30, 31}
+    assert all(t["state"] in ("TERMINATED", "NOT_SUBMITTED", "COMPLETED") for t in st["trials"])
+    again = run_cli("sweep", "--resume", root, "--backend", "local", "--json", "env.FAST=1",
+                    timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert sorted(json.loads(again.stdout)["indices"]) == sorted(
+        t["index"] for t in st["trials"] if t["state"] != "COMPLETED")
+    assert json.loads(run_cli("status", root, "--json").stdout)["counts"] == {"COMPLETED": 4}

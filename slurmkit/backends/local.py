@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from ..fsutil import read_json
 from ..layout import SweepDir
@@ -83,7 +83,3 @@ def run(sweep: SweepDir, indices: Sequence[int], *, max_parallel: int | None = N
             signal.signal(signal.SIGTERM, previous)
     return codes
 
-
-def summary(codes: dict[int, int]) -> dict[str, Any]:
-    failed = sorted(i for i, c in codes.items() if c != 0)
-    return {"completed": len(codes) - len(failed), "failed": failed}
