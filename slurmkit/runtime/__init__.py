@@ -1,8 +1,23 @@
 """Code that runs inside jobs: stdlib only at import, nothing from the login-node side.
 
-Training code uses :func:`params` and :func:`report`; Slurm runs ``python -m slurmkit.runtime``.
+Training code uses :func:`params`, :func:`report`, :mod:`.preemption`, :class:`Checkpointer`
+and :mod:`.torchstate`; Slurm runs ``python -m slurmkit.runtime``.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from .report import params, report, trial_dir
 
-__all__ = ["params", "report", "trial_dir"]
+_LAZY = {"Checkpointer": "checkpoint", "CheckpointError": "checkpoint", "agree_step": "checkpoint"}
+
+__all__ = ["params", "report", "trial_dir", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
