@@ -101,3 +101,23 @@ def test_node_failure_budget_spent_fails_without_running(tmp_path, spec_file, mo
     status = read_json(sweep.status(tid))
     assert status["state"] == "FAILED" and status["cause"] == "node_failure"
     assert len(status["attempts"]) == 1
+
+
+def test_preemption_flag_and_late_signals_are_ignored_at_exit():
+    import subprocess
+    import sys
+
+    code = """
+import atexit, os, signal
+from slurmkit.runtime import preemption
+preemption.install()
+os.kill(os.getpid(), signal.SIGUSR2)
+assert preemption.should_stop() and preemption.received() == ["SIGUSR2"]
+atexit._run_exitfuncs()
+# Python restores SIG_DFL for its own handlers while it finalizes; a late USR2 must not kill
+# a run that has finished, so the exit hook leaves it ignored
+assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -12,6 +12,7 @@ boundaries. The handler does nothing else (no I/O, no checkpoint inside it).
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -30,10 +31,17 @@ def _handler(signum: int, _frame: object) -> None:
 
 
 def install(signals: tuple[str, ...] | None = None) -> None:
-    """Set the flag on the requeue signal (``SLURMKIT_REQUEUE_SIGNAL``, default USR2) and TERM."""
+    """Set the flag on the requeue signal (``SLURMKIT_REQUEUE_SIGNAL``, default USR2) and TERM.
+
+    Once the program is exiting, the requeue signal is ignored: Python would otherwise restore
+    its default action (terminate) and a run that has finished would look interrupted.
+    """
     names = signals or (os.environ.get(ENV_SIGNAL, "USR2"), "TERM")
-    for name in names:
-        signal.signal(getattr(signal, f"SIG{name.upper().removeprefix('SIG')}"), _handler)
+    nums = [getattr(signal, f"SIG{name.upper().removeprefix('SIG')}") for name in names]
+    for num in nums:
+        signal.signal(num, _handler)
+    late = [n for n in nums if n != signal.SIGTERM]
+    atexit.register(lambda: [signal.signal(n, signal.SIG_IGN) for n in late])
 
 
 def should_stop() -> bool:
