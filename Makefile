@@ -18,7 +18,7 @@ install: $(VENV)/.installed
 
 # The main job: the quickstart sweep (8 trials) on Slurm when reachable, else on this machine.
 demo: install
-	$(VENV)/bin/slurmkit sweep sweeps/quickstart.yaml
+	$(VENV)/bin/slurmkit sweep sweeps/quickstart.yaml --wait
 	$(VENV)/bin/slurmkit results $$(ls -dt runs/quickstart-* | head -n 1) --sort loss
 
 # Unit tests + integration tests on a real 4-node Slurm cluster started (and stopped) here.

@@ -79,10 +79,11 @@ def main() -> None:
 @click.option("--dry-run", is_flag=True, help="Print the batch script(s); create and submit nothing.")
 @click.option("--plain", is_flag=True,
               help="With --dry-run: render a self-contained script for plain sbatch.")
+@click.option("--wait", is_flag=True, help="On Slurm, follow the sweep until every trial ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
 def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir: str | None,
-          dry_run: bool, plain: bool, as_json: bool) -> None:
+          dry_run: bool, plain: bool, wait: bool, as_json: bool) -> None:
     """Expand SPEC (YAML) into trials and run them as one Slurm job array.
 
     OVERRIDES use Hydra's syntax and may sweep parameters.
@@ -93,6 +94,7 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
       slurmkit sweep sweeps/lr.yaml params.lr=0.1,0.01 'params.layers=range(1,4)'
       slurmkit sweep sweeps/lr.yaml resources.time=2:00:00 resources.partition=gpu
       slurmkit sweep sweeps/lr.yaml --dry-run
+      slurmkit sweep sweeps/lr.yaml --wait          # progress bar until every trial ends
       slurmkit sweep --resume runs/lr-20261130-101500 resources.time=4:00:00
     """
     from . import sweep as lib
@@ -119,6 +121,11 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
                             dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
     reporter.stop()
     _outcome(result, as_json)
+    if wait and result.backend == "slurm" and result.indices and not dry_run:
+        from .status import collect
+
+        final = ui.follow(lambda: collect(result.sweep_dir), quiet=as_json)
+        sys.exit(0 if final.ok else 1)
 
 
 @main.command()

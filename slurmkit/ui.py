@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .states import FINAL as FINAL_STATES
 from .status import SweepStatus
 
 out = Console(highlight=False)
@@ -115,6 +116,25 @@ def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> 
             current = fetch()
             live.update(status_view(current, show_all))
     return current
+
+
+def follow(fetch: Callable[[], SweepStatus], quiet: bool, interval: float = 2.0) -> SweepStatus:
+    """A progress bar over finished trials until the sweep has finished (one query a poll)."""
+    current = fetch()
+    progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=err,
+                        disable=quiet)
+    with progress:
+        task = progress.add_task("trials", total=len(current.trials), counts="")
+        while True:
+            done = sum(1 for t in current.trials if t.state in FINAL_STATES)
+            counts = " ".join(f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
+                              for k, n in current.counts.items() if k != "COMPLETED")
+            progress.update(task, completed=done, counts=counts)
+            if current.finished:
+                return current
+            time.sleep(interval)
+            current = fetch()
 
 
 def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:

@@ -196,3 +196,13 @@ def test_status_makes_one_scheduler_query(slurm_cluster, tmp_path):
     assert sum(counts.values()) == 40 and set(counts) <= {"PENDING", "RUNNING"}
     assert len(calls.read_text().splitlines()) == 1, calls.read_text()
     run_cli("cancel", result["sweep_dir"])
+
+
+def test_wait_follows_the_sweep_to_its_end(slurm_cluster, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{exit: [0, 0, 5]}}\n")
+    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
+                   "--wait", "--json", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr            # one trial failed
+    root = json.loads(proc.stdout)["sweep_dir"]
+    assert collect(root).counts == {"COMPLETED": 2, "FAILED": 1}   # finished when --wait returned
