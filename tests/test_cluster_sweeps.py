@@ -200,9 +200,9 @@ def test_status_makes_one_scheduler_query(slurm_cluster, tmp_path):
 
 def test_wait_follows_the_sweep_to_its_end(slurm_cluster, tmp_path):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{exit: [0, 0, 5]}}\n")
+    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{exit: [0, 5], x: [1, 2]}}\n")
     proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
                    "--wait", "--json", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr            # one trial failed
+    assert proc.returncode == 1, proc.stderr            # two trials failed
     root = json.loads(proc.stdout)["sweep_dir"]
-    assert collect(root).counts == {"COMPLETED": 2, "FAILED": 1}   # finished when --wait returned
+    assert collect(root).counts == {"COMPLETED": 2, "FAILED": 2}   # finished when --wait returned
