@@ -37,17 +37,40 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _outcome(result: Any, as_json: bool) -> None:
-    """Print what a submission did (or would do); exit 1 when a local trial failed."""
+class _Silent:
+    """The reporter for --json: no progress bar (and no rich import)."""
+
+    def start(self, target: Any, sweep: Any) -> None:
+        pass
+
+    def trial_done(self, trial: Any, index: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _reporter(as_json: bool) -> Any:
+    if as_json:
+        return _Silent()
     from . import ui
 
+    return ui.Reporter()
+
+
+def _outcome(result: Any, as_json: bool) -> None:
+    """Print what a submission did (or would do); exit 1 when a local trial failed."""
     if as_json:
         _emit_json(result.as_dict())
     elif result.dry_run:
+        from . import ui
+
         click.echo("\n".join(result.scripts))
         ui.note(f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
                 f"for {result.sweep_dir}; nothing was created or submitted")
     else:
+        from . import ui
+
         ui.print_submission(result)
     if any(code != 0 for code in result.exit_codes.values()):
         sys.exit(1)
@@ -98,7 +121,6 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
       slurmkit sweep --resume runs/lr-20261130-101500 resources.time=4:00:00
     """
     from . import sweep as lib
-    from . import ui
 
     if resume_dir is None and not args:
         raise click.UsageError("give a SPEC file, or --resume DIR")
@@ -109,7 +131,7 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
 
         click.echo(lib.render_plain(load(args[0], args[1:]), args[0]), nl=False)
         return
-    reporter = ui.Reporter(quiet=as_json)
+    reporter = _reporter(as_json)
     if resume_dir is not None:
         result = lib.resume(resume_dir, args, backend=None if backend == "auto" else backend,
                             dry_run=dry_run, on_done=reporter.trial_done,
@@ -122,9 +144,14 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
     reporter.stop()
     _outcome(result, as_json)
     if wait and result.backend == "slurm" and result.indices and not dry_run:
-        from .status import collect
+        from .status import collect, wait
 
-        final = ui.follow(lambda: collect(result.sweep_dir), quiet=as_json)
+        if as_json:
+            final = wait(lambda: collect(result.sweep_dir))
+        else:
+            from . import ui
+
+            final = ui.follow(lambda: collect(result.sweep_dir))
         sys.exit(0 if final.ok else 1)
 
 
@@ -148,11 +175,10 @@ def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_c
       slurmkit submit sweeps/ddp.yaml --dry-run
     """
     from . import sweep as lib
-    from . import ui
     from .spec import load
 
     overrides = [*args[1:], *(["self_check=false"] if no_self_check else [])]
-    reporter = ui.Reporter(quiet=as_json)
+    reporter = _reporter(as_json)
     result = lib.submit(load(args[0], overrides, job=True), backend=backend, sweep_dir=sweep_dir,
                         dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
     reporter.stop()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from . import states, store
 from .backends import slurm
@@ -149,3 +150,12 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, i
     elif local_live:
         t.state = states.PENDING
     return t
+
+
+def wait(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStatus:
+    """Poll (one scheduler query each time) until every trial has finished."""
+    current = fetch()
+    while not current.finished:
+        time.sleep(interval)
+        current = fetch()
+    return current

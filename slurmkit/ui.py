@@ -39,15 +39,12 @@ def _short(value: Any, width: int = 40) -> str:
 class Reporter:
     """Announces the target and, for the local backend, draws a progress bar over trials."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
+    def __init__(self) -> None:
         self.progress: Progress | None = None
         self.task: Any = None
         self.failed = 0
 
     def start(self, target: Any, sweep: Any) -> None:
-        if self.quiet:
-            return
         if target.note:
             note(target.note)
         if target.backend == "local":
@@ -118,12 +115,11 @@ def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> 
     return current
 
 
-def follow(fetch: Callable[[], SweepStatus], quiet: bool, interval: float = 2.0) -> SweepStatus:
+def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStatus:
     """A progress bar over finished trials until the sweep has finished (one query a poll)."""
     current = fetch()
     progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=err,
-                        disable=quiet)
+                        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=err)
     with progress:
         task = progress.add_task("trials", total=len(current.trials), counts="")
         while True:
