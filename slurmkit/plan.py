@@ -8,7 +8,7 @@ import json
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from . import arrays
 from .errors import SpecError

@@ -11,7 +11,6 @@ from typing import Any, Callable
 from . import states, store
 from .backends import slurm
 from .fsutil import read_json
-from .layout import SweepDir
 from .arrays import expand_array_spec
 
 

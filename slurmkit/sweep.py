@@ -105,8 +105,7 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
     try:
         if on_target is not None:
             on_target(target, sweep)
-        return _dispatch(spec, sweep, target, list(range(len(trials))), len(trials), on_done,
-                         first=True)
+        return _dispatch(spec, sweep, target, list(range(len(trials))), len(trials), on_done)
     except UserError:
         shutil.rmtree(sweep.root, ignore_errors=True)
         raise
@@ -145,7 +144,7 @@ def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = No
                                              "launch": launch_plan(spec, config["submit_dir"])})
     if on_target is not None:
         on_target(target, sweep)
-    return _dispatch(spec, sweep, target, todo, total, on_done, first=False)
+    return _dispatch(spec, sweep, target, todo, total, on_done)
 
 
 def _check_path(root: str) -> None:
@@ -155,7 +154,7 @@ def _check_path(root: str) -> None:
 
 
 def _dispatch(spec: spec_mod.SweepSpec, sweep: SweepDir, target: Target, indices: list[int],
-              total: int, on_done: local.Progress | None, *, first: bool) -> Submission:
+              total: int, on_done: local.Progress | None) -> Submission:
     result = Submission(sweep.root, target.backend, total, indices, note=target.note)
     if target.backend == "local":
         store.record_submission(sweep, {"backend": "local", "pid": os.getpid(),

@@ -3,7 +3,6 @@ profiles and the user config's precedence, image pre-staging."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
