@@ -55,3 +55,25 @@ container: {{image: nvcr.io/nvidia/pytorch:24.01-py3}}
     assert "Traceback" not in proc.stderr
     runs = tmp_path / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_sweep_of_multi_node_trials(slurm_cluster, tmp_path):
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text(f"""
+name: mn
+command: [python, {PAYLOAD}]
+params: {{tag: [a, b]}}
+launcher: srun
+resources: {{nodes: 2, tasks_per_node: 2, time: "0:05:00"}}
+env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
+""")
+    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
+                   "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    root = json.loads(proc.stdout)["sweep_dir"]
+    final = wait_sweep(root, timeout=180)
+    assert final["counts"] == {"COMPLETED": 2}
+    for trial in final["trials"]:
+        tdir = Path(root) / "trials" / trial["id"]
+        sums = {json.loads((tdir / f"rank-{r}.json").read_text())["sum"] for r in range(4)}
+        assert sums == {10.0}
