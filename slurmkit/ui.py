@@ -87,7 +87,7 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
     counts = "  ".join(f"[{STYLE.get(s, '')}]{s} {n}[/]" for s, n in current.counts.items())
     table = Table(title=f"{current.name}: {len(current.trials)} trials   {counts}",
                   title_justify="left", expand=False)
-    for col in ("idx", "id", "state", "exit", "tries", "host", "job", "params"):
+    for col in ("idx", "id", "state", "why", "exit", "tries", "host", "job", "params"):
         table.add_column(col, overflow="fold" if col == "params" else "ellipsis")
     trials = current.trials
     if not show_all and len(trials) > ROWS:
@@ -95,7 +95,8 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
         table.caption = f"{ROWS} of {len(current.trials)} rows (unfinished first); --all for every row"
     for t in sorted(trials, key=lambda t: t.index):
         params = " ".join(f"{k}={_short(v, 24)}" for k, v in t.params.items())
-        table.add_row(str(t.index), t.id, f"[{STYLE.get(t.state, '')}]{t.state}[/]",
+        why = t.cause or (t.reason if t.state == "PENDING" else "")
+        table.add_row(str(t.index), t.id, f"[{STYLE.get(t.state, '')}]{t.state}[/]", why or "",
                       "" if t.exit_code is None else str(t.exit_code), str(t.attempts),
                       t.host or "", t.job or "", _short(params, 80))
     return table
