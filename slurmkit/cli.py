@@ -327,22 +327,25 @@ def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
 
 @main.command()
 @click.argument("sweep_dir", metavar="DIR")
+@click.option("--dry-run", is_flag=True, help="Say what would be cancelled; cancel nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was cancelled as JSON.")
 @_guard
-def cancel(sweep_dir: str, as_json: bool) -> None:
+def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
     """Cancel every queued and running trial of the sweep (one scancel call).
 
     \b
-    Example:
+    Examples:
+      slurmkit cancel runs/lr-20261130-101500 --dry-run
       slurmkit cancel runs/lr-20261130-101500
     """
     from .steer import cancel as do_cancel
 
-    done = do_cancel(sweep_dir)
+    done = do_cancel(sweep_dir, dry_run)
     if as_json:
         _emit_json(done)
     else:
-        click.echo(f"cancelled: {', '.join(done['jobs']) or 'nothing to cancel'}")
+        what = ", ".join([*done["jobs"], *(f"local pid {p}" for p in done["local_pids"])])
+        click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def _owners(subs: list[dict[str, Any]]) -> tuple[dict[int, tuple[str, int]], set
     for sub in subs:
         if sub.get("backend") == "local":
             indices = expand_array_spec(sub["indices"]) if sub.get("indices") else []
-            alive = _pid_alive(sub.get("pid"))
+            alive = pid_alive(sub.get("pid"))
             for i in indices:
                 owner.pop(i, None)
                 local_live.discard(i)
@@ -79,7 +79,7 @@ def _owners(subs: list[dict[str, Any]]) -> tuple[dict[int, tuple[str, int]], set
     return owner, local_live
 
 
-def _pid_alive(pid: int | None) -> bool:
+def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
     try:

@@ -9,7 +9,7 @@ from typing import Any
 from . import states, store
 from .backends import slurm
 from .errors import UserError
-from .status import collect
+from .status import collect, pid_alive
 
 
 def results_table(root: str, sort_key: str | None = None,
@@ -66,19 +66,23 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
 
 
-def cancel(root: str) -> dict[str, Any]:
-    """Cancel the sweep's arrays that still have queued or running trials (one scancel)."""
+def cancel(root: str, dry_run: bool = False) -> dict[str, Any]:
+    """Cancel the sweep's arrays that still have queued or running trials (one scancel).
+
+    With ``dry_run``, only say what would be cancelled."""
     sweep = store.open_sweep(root)
     current = collect(root)
     active = {states.PENDING, states.RUNNING, states.REQUEUED}
     live_jobs = {t.job.split("_")[0] for t in current.trials if t.job and t.state in active}
-    local_pids = []
-    for sub in store.submissions(sweep):
-        if sub.get("backend") == "local" and sub.get("pid") and sub["pid"] != os.getpid():
+    local_pids = [sub["pid"] for sub in store.submissions(sweep)
+                  if sub.get("backend") == "local" and sub.get("pid") and sub["pid"] != os.getpid()
+                  and pid_alive(sub["pid"])]
+    if not dry_run:
+        for pid in local_pids:
             try:
-                os.kill(sub["pid"], signal.SIGTERM)
-                local_pids.append(sub["pid"])
+                os.kill(pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
-    slurm.cancel(sorted(live_jobs))
-    return {"sweep_dir": sweep.root, "jobs": sorted(live_jobs), "local_pids": local_pids}
+        slurm.cancel(sorted(live_jobs))
+    return {"sweep_dir": sweep.root, "jobs": sorted(live_jobs), "local_pids": local_pids,
+            "dry_run": dry_run}

@@ -150,6 +150,9 @@ def test_cancel_stops_running_and_pending_trials(slurm_cluster, tmp_path):
     end = time.time() + 60
     while collect(root).counts.get("RUNNING", 0) < 2 and time.time() < end:
         time.sleep(0.5)
+    would = json.loads(run_cli("cancel", root, "--dry-run", "--json").stdout)
+    assert would["jobs"] == [result["jobs"][0]["job_id"]] and would["dry_run"]
+    assert collect(root).counts.get("RUNNING", 0) == 2           # nothing was cancelled
     done = json.loads(run_cli("cancel", root, "--json").stdout)
     assert done["jobs"] == [result["jobs"][0]["job_id"]]
     final = wait_sweep(root, timeout=60)
