@@ -43,11 +43,11 @@ def plan(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
 
 def rendezvous(env: dict[str, str]) -> dict[str, str]:
     """MASTER_ADDR (the allocation's first node) and MASTER_PORT (from the job id), unless set."""
-    from .runtime.distributed import PORT_BASE, PORT_SPAN, first_host
+    from .runtime.distributed import first_host, job_port
 
     job = env.get("SLURM_JOB_ID", "0")
     return {"MASTER_ADDR": env.get("MASTER_ADDR") or first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
-            "MASTER_PORT": env.get("MASTER_PORT") or str(PORT_BASE + int(job) % PORT_SPAN)}
+            "MASTER_PORT": env.get("MASTER_PORT") or str(job_port(job))}
 
 
 def fill(launch: dict[str, Any], env: dict[str, str]) -> list[str]:

@@ -29,17 +29,21 @@ def default_root(spec: SweepSpec) -> str:
     return root
 
 
-def sweep_config(spec: SweepSpec, submit_dir: str) -> dict[str, Any]:
-    """What ``sweep.json`` holds: the resolved spec plus where and by what it was made."""
-    from .launch import plan
+def sweep_config(spec: SweepSpec, submit_dir: str,
+                 launch: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """What ``sweep.json`` holds: the resolved spec, how trials are launched, and where and by
+    what it was made."""
+    if launch is None:
+        from .launch import plan
 
+        launch = plan(spec, submit_dir)
     return {**spec.to_dict(), "source": spec.source, "submit_dir": submit_dir,
-            "launch": plan(spec, submit_dir), "created": time.time(),
-            "slurmkit_version": __version__}
+            "launch": launch, "created": time.time(), "slurmkit_version": __version__}
 
 
 def create(spec: SweepSpec, trials: list[Trial], root: str,
-           submission: dict[str, Any] | None = None) -> SweepDir:
+           submission: dict[str, Any] | None = None,
+           launch: dict[str, list[str]] | None = None) -> SweepDir:
     """Write the sweep directory in a temporary sibling and rename it into place.
 
     Either the whole directory appears, or nothing does. Raises UserError if ``root`` exists.
@@ -58,7 +62,8 @@ def create(spec: SweepSpec, trials: list[Trial], root: str,
         staging = SweepDir(tmp)
         for sub in (staging.submissions, staging.scripts, staging.logs, staging.trials):
             os.mkdir(sub)
-        atomic_write_json(staging.sweep_json, sweep_config(spec, os.getcwd()), fsync=False)
+        atomic_write_json(staging.sweep_json, sweep_config(spec, os.getcwd(), launch),
+                          fsync=False)
         with open(staging.spec_yaml, "w", encoding="utf-8") as fh:
             fh.write(to_yaml(spec))
         with open(staging.manifest, "w", encoding="utf-8") as fh:

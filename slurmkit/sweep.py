@@ -67,15 +67,31 @@ def choose_backend(name: str) -> Target:
 
 
 def render_scripts(spec: spec_mod.SweepSpec, indices: Sequence[int], max_array_size: int,
-                   sweep_dir: str, python: str = sys.executable) -> list[tuple[plan.Chunk, str]]:
-    """One script per array chunk for the given trial indices."""
+                   sweep_dir: str, python: str = sys.executable,
+                   launch: dict[str, list[str]] | None = None) -> list[tuple[plan.Chunk, str]]:
+    """One script per array chunk for the given trial indices (``launch``: the plan stored in
+    sweep.json, shown in the scripts; computed from ``spec`` when not given)."""
     from .launch import fill, plan as launch_plan
 
     rdzv = {"MASTER_ADDR": "{master_addr}", "MASTER_PORT": "{master_port}"}
-    step = fill(launch_plan(spec, os.getcwd()), {**rdzv, "SLURM_NNODES": str(spec.resources.nodes),
-                                                 "SLURM_JOB_ID": "{job_id}"})
+    step = fill(launch if launch is not None else launch_plan(spec, os.getcwd()),
+                {**rdzv, "SLURM_NNODES": str(spec.resources.nodes), "SLURM_JOB_ID": "{job_id}"})
     return [(c, render.render_array(spec, c, sweep_dir=sweep_dir, python=python, step=step))
             for c in plan.chunks(indices, max_array_size)]
+
+
+def _check_target(spec: spec_mod.SweepSpec, target: Target, dry_run: bool) -> None:
+    """Container trials need Slurm with pyxis: refuse before anything is created."""
+    if not spec.container or dry_run:
+        return
+    if target.backend == "local":
+        raise UserError("container trials need Slurm with pyxis; the local backend runs none",
+                        key="--backend", hint="submit from a login node of the cluster")
+    if not slurm.has_pyxis():
+        raise UserError("this cluster has no pyxis: srun does not know --container-image",
+                        file=spec.source, key="container",
+                        hint="pyxis (NVIDIA's SPANK plugin for enroot) must be installed on the "
+                             "cluster, or leave out the container block")
 
 
 def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | None = None,
@@ -85,27 +101,25 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
 
     Nothing is left behind when the spec is invalid or the scheduler refuses the first array.
     """
+    from .launch import plan as launch_plan
+
     trials = plan.expand(spec)
     target = choose_backend(backend)
-    if target.backend == "local" and spec.container and not dry_run:
-        raise UserError("container trials need Slurm with pyxis; the local backend runs none",
-                        key="--backend", hint="submit from a login node of the cluster")
+    _check_target(spec, target, dry_run)
     root = os.path.abspath(sweep_dir) if sweep_dir else store.default_root(spec)
     _check_path(root)
+    launch = launch_plan(spec, os.getcwd())
     if dry_run:
-        scripts = [s for _, s in render_scripts(spec, range(len(trials)), target.max_array_size, root)]
+        scripts = [s for _, s in render_scripts(spec, range(len(trials)), target.max_array_size,
+                                                root, launch=launch)]
         return Submission(root, target.backend, len(trials), list(range(len(trials))),
                           scripts=scripts, note=target.note, dry_run=True)
-    if target.backend == "slurm" and spec.container and not slurm.has_pyxis():
-        raise UserError("this cluster has no pyxis: srun does not know --container-image",
-                        file=spec.source, key="container",
-                        hint="pyxis (NVIDIA's SPANK plugin for enroot) must be installed on the "
-                             "cluster, or leave out the container block")
-    sweep = store.create(spec, trials, root)
+    sweep = store.create(spec, trials, root, launch=launch)
     try:
         if on_target is not None:
             on_target(target, sweep)
-        return _dispatch(spec, sweep, target, list(range(len(trials))), len(trials), on_done)
+        return _dispatch(spec, sweep, target, list(range(len(trials))), len(trials), on_done,
+                         launch)
     except UserError:
         shutil.rmtree(sweep.root, ignore_errors=True)
         raise
@@ -130,21 +144,22 @@ def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = No
     last = (store.submissions(sweep) or [{}])[-1].get("backend", "auto")
     target = choose_backend(backend or ("auto" if last == "local" else last))
     total = len(current.trials)
-    if target.backend == "local" and spec.container:
-        raise UserError("container trials need Slurm with pyxis; the local backend runs none",
-                        key="--backend")
-    if dry_run or not todo:
-        scripts = [s for _, s in render_scripts(spec, todo, target.max_array_size, sweep.root)] if todo else []
-        return Submission(sweep.root, target.backend, total, todo, scripts=scripts,
-                          note=target.note, dry_run=dry_run)
+    _check_target(spec, target, dry_run or not todo)
+    launch = config.get("launch") or {}
     if overrides:
         from .launch import plan as launch_plan
 
-        atomic_write_json(sweep.sweep_json, {**config, **spec.to_dict(),
-                                             "launch": launch_plan(spec, config["submit_dir"])})
+        launch = launch_plan(spec, config["submit_dir"])
+    if dry_run or not todo:
+        scripts = [s for _, s in render_scripts(spec, todo, target.max_array_size, sweep.root,
+                                                launch=launch)] if todo else []
+        return Submission(sweep.root, target.backend, total, todo, scripts=scripts,
+                          note=target.note, dry_run=dry_run)
+    if overrides:
+        atomic_write_json(sweep.sweep_json, {**config, **spec.to_dict(), "launch": launch})
     if on_target is not None:
         on_target(target, sweep)
-    return _dispatch(spec, sweep, target, todo, total, on_done)
+    return _dispatch(spec, sweep, target, todo, total, on_done, launch)
 
 
 def _check_path(root: str) -> None:
@@ -154,7 +169,8 @@ def _check_path(root: str) -> None:
 
 
 def _dispatch(spec: spec_mod.SweepSpec, sweep: SweepDir, target: Target, indices: list[int],
-              total: int, on_done: local.Progress | None) -> Submission:
+              total: int, on_done: local.Progress | None,
+              launch: dict[str, list[str]]) -> Submission:
     result = Submission(sweep.root, target.backend, total, indices, note=target.note)
     if target.backend == "local":
         store.record_submission(sweep, {"backend": "local", "pid": os.getpid(),
@@ -168,7 +184,7 @@ def _dispatch(spec: spec_mod.SweepSpec, sweep: SweepDir, target: Target, indices
     jobs: list[dict[str, Any]] = []
     try:
         for c, (chunk, text) in enumerate(render_scripts(spec, indices, target.max_array_size,
-                                                         sweep.root)):
+                                                         sweep.root, launch=launch)):
             path = os.path.join(sweep.scripts, f"{number:04d}-{c}.sbatch")
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)

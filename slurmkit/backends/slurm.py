@@ -119,7 +119,8 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
             if len(parts) == 4 and parts[1][:1].isdigit():
                 for task in expand_array_spec(parts[1]):
                     out[(parts[0], task)] = TaskState(parts[2], parts[3])
-    missing = [j for j in ids if not any(k[0] == j for k in out)]
+    seen = {job for job, _ in out}
+    missing = [j for j in ids if j not in seen]
     if missing:
         out.update(_sacct(missing))
     return out

@@ -45,6 +45,11 @@ class RankInfo:
     device: str = "cpu"
 
 
+def job_port(job_id: str) -> int:
+    """The rendezvous port of a Slurm job: the same on every node, different for other jobs."""
+    return PORT_BASE + int(job_id) % PORT_SPAN
+
+
 def first_host(nodelist: str) -> str:
     """The first host of a Slurm host list, as ``scontrol show hostnames`` lists it:
     ``gpu-[007-009,012],cpu1`` -> ``gpu-007``."""
@@ -107,7 +112,7 @@ def rank_info(env: Mapping[str, str], gpus: int = 0) -> RankInfo:
         addr = first_host(nodelist) if slurm_step and nodelist else "127.0.0.1"
     if not port and world > 1:
         job = env.get("SLURM_JOB_ID")
-        port = PORT_BASE + int(job) % PORT_SPAN if slurm_step and job else DEFAULT_PORT
+        port = job_port(job) if slurm_step and job else DEFAULT_PORT
     device = f"cuda:{local_rank % gpus}" if gpus else "cpu"
     return RankInfo(rank=rank, local_rank=local_rank, world_size=world,
                     local_world_size=local_world, node_rank=node, master_addr=addr,
