@@ -3,12 +3,20 @@
     python bench/checkpoint.py                       # 1 GiB state, a temp dir in the repo
     python bench/checkpoint.py --gib 4 --dir /shared/scratch --repeat 3
 
+    python bench/checkpoint.py --loop --device cuda --width 8192 --layers 16 --batch 4096
+
 Per round, in turn: raw writes of the state's tensor bytes (write + fsync; plain, and with the
 early writeback slurmkit uses), a synchronous ``Checkpointer.save``, an asynchronous one (the
 time ``save`` blocks, then the background write). Each timed step starts after os.sync(); a
 first, uncounted round warms the page cache and memory up. Medians over the rounds, against the
 faster raw write. Targets: sync save >= 0.8x raw throughput, async blocking far below the sync
 save time.
+
+``--loop``: a training loop (an MLP whose parameters and AdamW state make about ``--gib``) that
+checkpoints with each method in turn. For each: how long the loop is blocked (``save`` itself,
+plus the wait in the next ``optimizer.step()`` for an overlapped snapshot) and how much slower
+the loop ran in all until the checkpoint was on disk (the steps run meanwhile against the median
+plain step: on a machine with few cores, the background write competes with training).
 """
 
 from __future__ import annotations
@@ -85,9 +93,20 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0, help="state size in GiB")
     ap.add_argument("--dir", help="where to write (default: a temp dir in the repo)")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--loop", action="store_true", help="only the training-loop measurement")
+    ap.add_argument("--device", default="cpu", help="--loop: cpu or cuda")
+    ap.add_argument("--width", type=int, default=4096, help="--loop: layer width")
+    ap.add_argument("--layers", type=int, default=0, help="--loop: layers (default: from --gib)")
+    ap.add_argument("--batch", type=int, default=256, help="--loop: batch size")
     args = ap.parse_args()
     base = args.dir or str(ROOT)
     work = tempfile.mkdtemp(prefix=".bench-checkpoint-", dir=base)
+    if args.loop:
+        try:
+            loop_bench(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     nbytes = int(args.gib * (1 << 30))
     state = make_state(nbytes)
     raw: list[float] = []
@@ -140,6 +159,77 @@ def main() -> None:
     line("  then writing (+ pruning)", background)
     print(f"raw = the faster raw write ({base_s:.3f} s). Targets: sync save >= 0.80x raw "
           f"throughput; async blocked far below the sync save.")
+
+def loop_bench(args: argparse.Namespace, work: str) -> None:
+    device = torch.device(args.device)
+    width = args.width
+    layers = args.layers or max(1, round(args.gib * (1 << 30) / (12 * width * width)))
+    model = torch.nn.Sequential(*[m for _ in range(layers)
+                                  for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    x = torch.randn(args.batch, width, device=device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step() -> tuple[float, float]:
+        """(forward+backward, optimizer step) seconds."""
+        start = time.perf_counter()
+        model(x).square().mean().backward()
+        sync()
+        middle = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        return middle - start, time.perf_counter() - middle
+
+    for _ in range(3):
+        step()
+    plain = [step() for _ in range(max(5, args.repeat))]
+    fb, st = statistics.median(p[0] for p in plain), statistics.median(p[1] for p in plain)
+    nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    nbytes += sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values())
+    print(f"\ntraining loop on {device}: {layers} x Linear({width}, {width}), batch {args.batch}, "
+          f"{nbytes / (1 << 30):.2f} GiB of parameters + AdamW state; plain step "
+          f"{fb + st:.3f} s (forward+backward {fb:.3f} s, optimizer {st:.3f} s)")
+    methods = {"sync save": (False, False), "async save": (True, False),
+               "async save, overlap=optimizer": (True, True)}
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    for name, (is_async, overlap) in methods.items():
+        blocked: list[float] = []
+        slowed: list[float] = []
+        root = os.path.join(work, "loop-" + name.replace(" ", "").replace(",", "-"))
+        with Checkpointer(root, keep=1, async_save=is_async) as ckpt:
+            for rnd in range(args.repeat + 1):
+                step()
+                settle()
+                state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+                start = time.perf_counter()
+                ckpt.save(state, rnd, overlap=opt if overlap else None)
+                saved = time.perf_counter() - start
+                after = [step()]
+                while ckpt.writing and len(after) < 1000:
+                    after.append(step())
+                start = time.perf_counter()
+                ckpt.wait()
+                left = time.perf_counter() - start
+                if rnd == 0:
+                    continue  # warm-up: buffers allocated, files created
+                blocked.append(saved + max(0.0, after[0][1] - st))
+                slowed.append(saved + sum(a + b for a, b in after) - len(after) * (fb + st) + left)
+        results[name] = (blocked, slowed)
+    sync_s = statistics.median(results["sync save"][0])
+    print(f"{'method':32} {'loop blocked':>13} {'vs sync save':>13} {'loop slowed in all':>19}")
+    for name, (blocked, slowed) in results.items():
+        b = statistics.median(blocked)
+        print(f"{name:32} {b:12.3f}s {b / sync_s:12.2f}x {statistics.median(slowed):18.3f}s   "
+              f"blocked per round: {' '.join(f'{x:.3f}' for x in blocked)}")
+    print(f"medians over {args.repeat} rounds after a warm-up; 'slowed in all': the save plus the "
+          f"extra time of the steps that ran until the checkpoint was on disk. "
+          f"Target: async blocked <= 0.10x the sync save.")
+
 
 if __name__ == "__main__":
     main()

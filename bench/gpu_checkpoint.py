@@ -4,9 +4,10 @@
 
 For each method: the time the training loop is blocked by one checkpoint, and the time until
 that checkpoint is whole on disk (written, fsynced, committed), against a raw sequential
-write+fsync of the same bytes from host memory, plain and with early writeback, measured first
-and last in the same run (the fastest is the baseline). Methods: slurmkit async (first save:
-allocates its pinned buffers; then steady, and steady with pruning the oldest), slurmkit sync,
+write+fsync of the same bytes from host memory with early writeback, measured before every
+steady slurmkit save (the median is the baseline; plain writes, first and last, for reference).
+Methods: slurmkit async (first save: allocates its pinned buffers; then steady, with and without
+``overlap``: without a training loop here, its blocked time means little), slurmkit sync,
 torch.distributed.checkpoint.async_save (single-rank gloo group; default, and with a
 FileSystemWriter caching its staged state dict) and plain torch.save (+ fsync).
 Goals: slurmkit async blocks <= 0.3 s; its whole save takes <= 1.3x the raw write.
@@ -18,6 +19,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -33,10 +35,10 @@ from slurmkit.runtime.checkpoint import Checkpointer  # noqa: E402
 
 
 def settle() -> None:
-    """Quiet GPU and disk before a timed step."""
+    """Quiet GPU and disk (deleted files' discards included) before a timed step."""
     torch.cuda.synchronize()
     os.sync()
-    time.sleep(1)
+    time.sleep(2)
 
 
 def fsync_tree(path: str) -> None:
@@ -45,6 +47,12 @@ def fsync_tree(path: str) -> None:
             fd = os.open(os.path.join(directory, name), os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
+
+
+def drop_old(root: str) -> None:
+    """Delete all but the newest checkpoint (untimed: the disk holds only a few)."""
+    for name in sorted(os.listdir(root))[:-1]:
+        shutil.rmtree(os.path.join(root, name))
 
 
 def raw_write(nbytes: int, path: str, writeback: bool) -> float:
@@ -80,8 +88,9 @@ def timed(save: Callable[..., Callable[[], object]], *args: object) -> tuple[flo
     return blocked, time.perf_counter() - start
 
 
-def slurmkit_save(ckpt: Checkpointer, state: dict, step: int) -> Callable[[], None]:
-    ckpt.save(state, step)
+def slurmkit_save(ckpt: Checkpointer, state: dict, step: int,
+                  overlap: object = None) -> Callable[[], None]:
+    ckpt.save(state, step, overlap=overlap)
     return ckpt.wait
 
 
@@ -102,6 +111,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--skip", default="", help="comma-separated: sync,dcp,torch")
+    ap.add_argument("--rounds", type=int, default=3, help="steady slurmkit saves, each after a "
+                    "raw write")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     work = tempfile.mkdtemp(prefix=".bench-gpu-checkpoint-", dir=args.dir or str(ROOT))
@@ -122,8 +133,8 @@ def main() -> None:
     raws: dict[str, float] = {}
     rows: list[tuple[str, float, float]] = []
 
-    def raw(when: str) -> None:
-        for writeback in (False, True):
+    def raw(when: str, modes: tuple[bool, ...] = (False, True)) -> None:
+        for writeback in modes:
             settle()
             label = f"{when}, {'early writeback' if writeback else 'plain'}"
             raws[label] = raw_write(nbytes, os.path.join(work, "raw.bin"), writeback)
@@ -135,11 +146,17 @@ def main() -> None:
 
     try:
         raw("first")
-        labels = {1: "first: allocates pinned buffers", 2: "steady",
-                  3: "steady, + pruning the oldest"}
-        with Checkpointer(os.path.join(work, "slurmkit-async"), keep=2, async_save=True) as ckpt:
-            for step, label in labels.items():  # keep=2: only the third save deletes one
-                row(f"slurmkit async ({label})", timed(slurmkit_save, ckpt, state(), step))
+        with Checkpointer(os.path.join(work, "slurmkit-async"), keep=args.rounds + 3,
+                          async_save=True) as ckpt:
+            row("slurmkit async (first: allocates pinned buffers)",
+                timed(slurmkit_save, ckpt, state(), 0))
+            for rnd in range(1, args.rounds + 1):  # the checkpointer prunes none: keep > rounds
+                raw(f"round {rnd}", (True,))
+                drop_old(ckpt.root)
+                row("slurmkit async (steady)", timed(slurmkit_save, ckpt, state(), 2 * rnd))
+                drop_old(ckpt.root)
+                row("slurmkit async, overlap=optimizer (steady)",
+                    timed(slurmkit_save, ckpt, state(), 2 * rnd + 1, opt))
         shutil.rmtree(os.path.join(work, "slurmkit-async"))
         if "sync" not in skip:
             with Checkpointer(os.path.join(work, "slurmkit-sync"), keep=1) as ckpt:
@@ -168,13 +185,18 @@ def main() -> None:
         raw("last")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    base = min(raws.values())
+    wb = [v for k, v in raws.items() if "early writeback" in k]
+    base = statistics.median(wb)
     print("\nraw write+fsync of the same bytes from host memory: "
           + ", ".join(f"{k} {v:.2f} s" for k, v in raws.items())
-          + f"; baseline: the fastest, {base:.2f} s = {nbytes / base / 1e9:.2f} GB/s")
-    print(f"{'method':50} {'blocked':>9} {'whole':>8} {'whole/raw':>9}")
-    for name, blocked, whole in rows:
-        print(f"{name:50} {blocked:8.3f}s {whole:7.2f}s {whole / base:9.2f}")
+          + f"; baseline: the median with early writeback, {base:.2f} s = "
+          f"{nbytes / base / 1e9:.2f} GB/s (fastest {min(raws.values()):.2f} s)")
+    print(f"{'method':50} {'blocked':>9} {'whole':>8} {'whole/raw':>9}  (medians; every save)")
+    for name in dict.fromkeys(name for name, _, _ in rows):
+        blocked = statistics.median(b for n, b, _ in rows if n == name)
+        whole = [w for n, _, w in rows if n == name]
+        print(f"{name:50} {blocked:8.3f}s {statistics.median(whole):7.2f}s "
+              f"{statistics.median(whole) / base:9.2f}  {' '.join(f'{w:.2f}' for w in whole)}")
     print("goals: slurmkit async (steady) blocked <= 0.3 s, whole/raw <= 1.3")
 
 

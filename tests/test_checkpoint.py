@@ -185,6 +185,67 @@ def test_async_save_returns_before_write_and_next_save_waits() -> None:
     ckpt.close()
 
 
+def test_overlapped_snapshot_waits_for_the_optimizer_step(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``overlap=opt``, the optimizer's tensors are copied after ``save`` returns; the next
+    ``opt.step()`` waits for that copy, other tensors are copied at once, and the checkpoint holds
+    the state as it was when ``save`` was called."""
+    torch = pytest.importorskip("torch")
+    from slurmkit.runtime import checkpoint
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+
+    def train_step() -> None:
+        model(torch.randn(8, 64)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    train_step()
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    expected_opt = {i: {k: v.clone() for k, v in st.items()}
+                    for i, st in opt.state_dict()["state"].items()}
+    gate = threading.Event()
+    finish = checkpoint._Copies.finish
+
+    def gated(self: checkpoint._Copies) -> None:
+        assert gate.wait(30)
+        finish(self)
+
+    monkeypatch.setattr(checkpoint._Copies, "finish", gated)
+    ckpt = Checkpointer(tmp_path, async_save=True)
+    ckpt.save(state, 1, overlap=opt)
+    model(torch.randn(8, 64)).square().mean().backward()  # forward changes BatchNorm's buffers
+    stepped = threading.Event()
+    stepper = threading.Thread(target=lambda: (opt.step(), stepped.set()))
+    stepper.start()
+    assert not stepped.wait(0.5), "the optimizer step must wait for the snapshot's copy"
+    gate.set()
+    stepper.join(30)
+    assert stepped.is_set()
+    ckpt.wait()
+    assert not opt._optimizer_step_pre_hooks, "the hook is removed once the save is done"
+    _, saved = ckpt.load_latest()
+    for key, value in expected.items():
+        assert torch.equal(saved["model"][key], value), key
+    for index, st in expected_opt.items():
+        for key, value in st.items():
+            assert torch.equal(saved["optimizer"]["state"][index][key], value), (index, key)
+    assert not torch.equal(saved["model"]["0.weight"], model.state_dict()["0.weight"])
+    train_step()  # no hook left: steps freely
+    ckpt.close()
+
+
+def test_overlap_takes_optimizers_only(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    with Checkpointer(tmp_path, async_save=True) as ckpt:
+        with pytest.raises(TypeError, match="overlap: expected torch optimizers, got Linear"):
+            ckpt.save({"w": torch.zeros(3)}, 1, overlap=torch.nn.Linear(2, 2))
+        assert ckpt.steps() == []
+
+
 def test_async_error_is_raised_at_next_call(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     ckpt = Checkpointer(tmp_path, async_save=True)
@@ -436,3 +497,29 @@ def test_two_ranks_sharded_dcp(tmp_path: Path) -> None:
     run_two_ranks(SHARDED, tmp_path)
     record = json.loads((step_dir(tmp_path / "sharded", 2) / COMMIT).read_text())
     assert record["kind"] == "dcp" and any(f.endswith(".metadata") for f in record["files"])
+
+
+def test_checksums_over_several_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where spare CPUs give CRC threads, the record's CRC is still zlib's of the whole file,
+    and a flipped byte is still caught."""
+    torch = pytest.importorskip("torch")
+    from slurmkit.runtime import crc
+
+    monkeypatch.setattr(crc, "threads", lambda: 3)
+    state = {"a": torch.randn(9 << 20), "b": torch.arange(5)}  # 36 MiB: several pieces
+    with Checkpointer(tmp_path, async_save=True) as ckpt:
+        assert ckpt._crc_pool() is not None
+        ckpt.save(state, 1)
+        ckpt.wait()
+    path = data_file(tmp_path, 1)
+    (info,) = json.loads((step_dir(tmp_path, 1) / COMMIT).read_text())["files"].values()
+    assert info["crc32"] == zlib.crc32(path.read_bytes())
+    with Checkpointer(tmp_path) as fresh:
+        assert torch.equal(fresh.load_latest()[1]["a"], state["a"])
+    with path.open("r+b") as fh:
+        fh.seek(20 << 20)
+        byte = fh.read(1)
+        fh.seek(20 << 20)
+        fh.write(bytes([byte[0] ^ 1]))
+    with Checkpointer(tmp_path) as fresh:
+        assert fresh.load_latest() is None

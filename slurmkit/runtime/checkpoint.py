@@ -37,12 +37,14 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator
 
+from . import crc
+
 COMMIT = "COMMIT.json"
 _TMP = ".tmp-"
 _STEP_DIR = re.compile(r"step-(\d+)")
 _BIG = 1 << 20  # writes from this size on overlap the CRC with the I/O
-_CHUNK = 8 << 20
 _WRITEBACK = 64 << 20  # start writeback every this many bytes
+_ALIGN = 1 << 20  # ... of whole MiBs: the partial last page is still being written
 _torch_save_lock = threading.Lock()
 
 
@@ -84,8 +86,9 @@ class _LocalSink:
             self.written += n
             if self.written - self.kicked >= _WRITEBACK and hasattr(os, "posix_fadvise"):
                 start = max(0, self.kicked - _WRITEBACK)  # the window before: clean by now
-                os.posix_fadvise(self.fd, start, self.written - start, os.POSIX_FADV_DONTNEED)
-                self.kicked = self.written
+                end = self.written & ~(_ALIGN - 1)
+                os.posix_fadvise(self.fd, start, end - start, os.POSIX_FADV_DONTNEED)
+                self.kicked = end
 
     def commit(self) -> None:
         os.fsync(self.fd)
@@ -222,11 +225,13 @@ class _Writer:
     """File-like sink for pickle/torch.save: counts and CRC32s every byte on its way out.
 
     Small writes are buffered; a large one is written by ``pool``'s thread while this thread
-    computes its CRC (both release the GIL), so the checksum costs no extra time.
+    computes its CRC, with ``crc_pool``'s threads where there are spare CPUs (all release the
+    GIL), so the checksum costs no extra time.
     """
 
-    def __init__(self, sink: _LocalSink | _RemoteSink, pool: ThreadPoolExecutor) -> None:
-        self.sink, self.pool = sink, pool
+    def __init__(self, sink: _LocalSink | _RemoteSink, pool: ThreadPoolExecutor,
+                 crc_pool: ThreadPoolExecutor | None) -> None:
+        self.sink, self.pool, self.crc_pool = sink, pool, crc_pool
         self.buf = bytearray()
         self.size = 0
         self.crc = 0
@@ -252,7 +257,7 @@ class _Writer:
     def _out(self, view: memoryview) -> None:
         if len(view) >= _BIG:
             done = self.pool.submit(self.sink.write, view)
-            self.crc = zlib.crc32(view, self.crc)
+            self.crc = crc.crc32(view, self.crc, self.crc_pool)
             done.result()
         else:
             self.sink.write(view)
@@ -284,12 +289,69 @@ def _dump(state: Any, how: str, fh: _Writer) -> None:
 
 # --- async snapshots ----------------------------------------------------------------------------
 
+_Key = tuple[int, str]
+
+
+def _key(t: Any) -> _Key:
+    """Identifies a tensor's storage: tensors sharing one are snapshotted once."""
+    return (t.untyped_storage().data_ptr(), str(t.device))
+
+
+def _owned_by(optimizers: Any) -> frozenset[_Key]:
+    """The storages an optimizer's ``step()`` changes: its parameters and its state's tensors."""
+    import torch
+
+    found = set()
+    for opt in optimizers:
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"overlap: expected torch optimizers, got {type(opt).__name__}")
+        tensors = [p for group in opt.param_groups for p in group["params"]]
+        tensors += [v for st in opt.state.values() for v in st.values()
+                    if isinstance(v, torch.Tensor)]
+        found.update(_key(t) for t in tensors)
+    return frozenset(found)
+
+
+class _Copies:
+    """A snapshot's copies still under way: CPU copies the writer thread makes, CUDA copies
+    queued on side streams (see :meth:`_Snapshot.take`)."""
+
+    def __init__(self) -> None:
+        self.cpu: list[tuple[Any, Any]] = []  # (destination, source) uint8 tensors
+        self.events: list[tuple[Any, Any]] = []  # (device, CUDA event after the last copy)
+        self.cpu_done = threading.Event()
+        self.guarded = False
+
+    def finish(self) -> None:
+        """In the writer thread: make the CPU copies, wait for the CUDA ones."""
+        try:
+            for dst, src in self.cpu:
+                dst.copy_(src)  # releases the GIL: the training loop runs meanwhile
+        finally:
+            self.cpu_done.set()
+        for _, event in self.events:
+            event.synchronize()
+
+    def guard(self, *_: Any) -> None:
+        """An optimizer step-pre-hook: the step must not change a tensor before its copy. The
+        host waits for CPU copies; CUDA streams wait for CUDA copies (the host does not)."""
+        if self.guarded:
+            return
+        self.guarded = True
+        self.cpu_done.wait()
+        import torch
+
+        for device, event in self.events:
+            torch.cuda.current_stream(device).wait_event(event)
+
+
 class _Snapshot:
     """Copies a state's tensors into host buffers reused from one save to the next.
 
-    CUDA tensors go into pinned buffers with non-blocking copies and one synchronize, so the
-    caller is blocked only for the device-to-host copy. Tensors sharing a storage still share
-    one afterwards; containers are rebuilt, other objects deep-copied.
+    CUDA tensors go into pinned buffers, copied on a side stream that first waits for the work
+    already queued. Tensors sharing a storage still share one afterwards; containers are
+    rebuilt, other objects deep-copied. Storages in ``deferred`` (those only an optimizer's
+    step changes) are copied after :meth:`take` returns: see :class:`_Copies`.
     """
 
     def __init__(self) -> None:
@@ -297,19 +359,58 @@ class _Snapshot:
 
         self.torch = torch
         self.buffers: list[Any] = []  # by order of first use in the state
-        self.memo: dict[tuple[int, str], Any] = {}  # this save's storages -> their buffers
-        self.devices: set[Any] = set()
+        self.memo: dict[_Key, Any] = {}  # this save's storages -> their buffers
+        self.todo: list[tuple[Any, Any, bool]] = []  # (buffer, source storage, deferred)
+        self.deferred: frozenset[_Key] = frozenset()
+        self.streams: dict[Any, Any] = {}  # CUDA device -> side stream
 
-    def take(self, state: Any) -> Any:
+    def take(self, state: Any,
+             deferred: frozenset[_Key] = frozenset()) -> tuple[Any, _Copies | None]:
+        """``(copy of state, copies still under way)``; without ``deferred``, the copies are
+        done on return (``None``)."""
+        self.deferred = deferred
         try:
             out = self._copy(state)
-            for device in self.devices:
-                self.torch.cuda.synchronize(device)
             del self.buffers[len(self.memo):]  # the state shrank: drop what it no longer uses
+            copies = self._start()
         finally:
             self.memo.clear()
-            self.devices.clear()
-        return out
+            self.todo = []
+        if deferred:
+            return out, copies
+        copies.finish()
+        return out, None
+
+    def _start(self) -> _Copies:
+        torch = self.torch
+        copies = _Copies()
+        cuda: dict[Any, list[tuple[Any, Any, bool]]] = {}
+        for buf, src, later in self.todo:
+            if src.device.type == "cuda":
+                cuda.setdefault(src.device, []).append((buf, src, later))
+            elif later:
+                copies.cpu.append((self._bytes(buf), self._bytes(src)))
+            else:
+                buf.copy_(src)
+        for device, todo in cuda.items():
+            current = torch.cuda.current_stream(device)
+            side = self.streams.get(device) or torch.cuda.Stream(device)
+            self.streams[device] = side
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                for later in (False, True):  # what the next kernels may change goes first
+                    for buf, src, deferred in todo:
+                        if deferred == later:
+                            buf.copy_(src, non_blocking=True)
+                    if not later and self.deferred:
+                        current.wait_event(side.record_event())
+            for _, src, _ in todo:
+                self._bytes(src).record_stream(side)  # its memory is not reused before the copy
+            copies.events.append((device, side.record_event()))
+        return copies
+
+    def _bytes(self, storage: Any) -> Any:
+        return self.torch.empty(0, dtype=self.torch.uint8, device=storage.device).set_(storage)
 
     def _copy(self, obj: Any) -> Any:
         torch = self.torch
@@ -333,13 +434,11 @@ class _Snapshot:
                 or t.is_quantized or t.device.type == "meta"):
             return t.detach().to("cpu", copy=True)
         storage = t.untyped_storage()
-        key = (storage.data_ptr(), str(t.device))
+        key = _key(t)
         buf = self.memo.get(key)
         if buf is None:
             buf = self._buffer(len(self.memo), storage.nbytes(), t.device.type == "cuda")
-            buf.copy_(storage, non_blocking=t.device.type == "cuda")
-            if t.device.type == "cuda":
-                self.devices.add(t.device)
+            self.todo.append((buf, storage, key in self.deferred))
             self.memo[key] = buf
         out = torch.empty(0, dtype=t.dtype).set_(buf, t.storage_offset(), t.size(), t.stride())
         if isinstance(t, torch.nn.Parameter):
@@ -435,10 +534,12 @@ class Checkpointer:
         self.async_save = async_save
         self._rank = rank
         self._pool: ThreadPoolExecutor | None = None
+        self._crcs: ThreadPoolExecutor | None = None
         self._pruning: Future[None] | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._snapshot: _Snapshot | None = None
+        self._hooks: list[Any] = []  # optimizer step-pre-hooks of an overlapped snapshot
         self._verified: dict[int, dict[str, Any]] = {}
         _open.add(self)
 
@@ -461,11 +562,17 @@ class Checkpointer:
 
     # -- saving --
 
-    def save(self, state: Any, step: int) -> None:
+    def save(self, state: Any, step: int, *, overlap: Any = None) -> None:
         """Save ``state`` as checkpoint ``step``; a no-op on ranks other than 0.
 
         Synchronous: returns once the checkpoint is committed. Asynchronous: waits for the
         previous write, snapshots ``state`` (tensors to host memory) and returns.
+
+        ``overlap`` (asynchronous saves of torch state): the optimizer, or a list of them, whose
+        ``step()`` alone changes the state's parameters and optimizer state in place. Those
+        tensors are then copied while the loop runs the next forward and backward pass, and the
+        optimizer's next ``step()`` waits for their copy (on CUDA the stream waits, the host does
+        not); other tensors are copied before ``save`` returns.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, not {step}")
@@ -476,26 +583,42 @@ class Checkpointer:
         if not self.async_save:
             self._write(state, step, how)
             return
+        copies = None
         if how == "torch":
+            optimizers = [] if overlap is None else (
+                list(overlap) if isinstance(overlap, (list, tuple)) else [overlap])
             self._snapshot = self._snapshot or _Snapshot()
-            snap = self._snapshot.take(state)
+            snap, copies = self._snapshot.take(state, _owned_by(optimizers))
+            if copies is not None:
+                self._hooks = [opt.register_step_pre_hook(copies.guard) for opt in optimizers]
         else:
             snap, how = pickle.dumps(state, protocol=5), "bytes"
-        self._thread = threading.Thread(target=self._background, args=(snap, step, how),
+        self._thread = threading.Thread(target=self._background, args=(snap, step, how, copies),
                                         name=f"slurmkit-checkpoint-{step}")
         self._thread.start()
 
-    def _background(self, snap: Any, step: int, how: str) -> None:
+    def _background(self, snap: Any, step: int, how: str, copies: _Copies | None) -> None:
         try:
+            if copies is not None:
+                copies.finish()
             self._write(snap, step, how)
         except BaseException as exc:  # noqa: BLE001 - re-raised by the next save/wait/close
             self._error = exc
+
+    @property
+    def writing(self) -> bool:
+        """Whether an asynchronous save (or the pruning after a save) is still under way."""
+        return ((self._thread is not None and self._thread.is_alive())
+                or (self._pruning is not None and not self._pruning.done()))
 
     def wait(self) -> None:
         """Wait for the pending asynchronous write and pruning; raise the write's error, if any."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -511,12 +634,19 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
+            for pool in (self._pool, self._crcs):
+                if pool is not None:
+                    pool.shutdown()
+            self._pool = self._crcs = None
             self._pruning = None
             self._snapshot = None
             _open.discard(self)
+
+    def _crc_pool(self) -> ThreadPoolExecutor | None:
+        """Threads for checksums of large files; ``None`` where one thread is all there is."""
+        if self._crcs is None and crc.threads() > 1:
+            self._crcs = ThreadPoolExecutor(crc.threads(), thread_name_prefix="slurmkit-crc")
+        return self._crcs
 
     def _io(self) -> ThreadPoolExecutor:
         """The helper thread: file writes overlapping the CRC, then pruning after a commit."""
@@ -554,7 +684,7 @@ class Checkpointer:
         tmp = self.store.sep.join([directory, f"{_TMP}{name}.{secrets.token_hex(4)}"])
         sink = self.store.sink(tmp)
         try:
-            fh = _Writer(sink, self._io())
+            fh = _Writer(sink, self._io(), self._crc_pool())
             _dump(state, how, fh)
             fh.flush()
             sink.commit()
@@ -674,13 +804,8 @@ class Checkpointer:
         self._verified[step] = record
 
     def _checksum(self, path: str) -> tuple[int, int]:
-        size, crc = 0, 0
-        buf = bytearray(_CHUNK)
-        with self.store.open(path) as fh, memoryview(buf) as view:
-            while n := fh.readinto(view):
-                crc = zlib.crc32(view[:n], crc)
-                size += n
-        return size, crc
+        with self.store.open(path) as fh:
+            return crc.of_stream(fh, self._crc_pool(), 2 * crc.threads())
 
     def _valid(self, kinds: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
         """Committed checkpoints whose files check out, newest first; warns about the others."""
