@@ -50,7 +50,7 @@ def main() -> None:
     sched = torch.optim.lr_scheduler.StepLR(optim, step_size=100, gamma=0.5)
     data = torchstate.DataPosition(loader)
     root = os.path.join(slurmkit.runtime.trial_dir() or tempfile.mkdtemp(), "checkpoints")
-    ckpt = Checkpointer(root, keep=2)
+    ckpt = Checkpointer(root, keep=2, async_save=True)
     latest = ckpt.load_latest()
     losses: list[float] = []
     if latest is not None:
@@ -73,7 +73,7 @@ def main() -> None:
             done = data.step >= cfg["steps"]
             if done or preemption.should_stop() or data.step % cfg["ckpt_every"] == 0:
                 ckpt.save(torchstate.capture(model=model, optimizer=optim, scheduler=sched,
-                                             data=data, extra=losses), data.step)
+                                             data=data, extra=losses), data.step, overlap=optim)
             if done:
                 break
             if preemption.should_stop():
