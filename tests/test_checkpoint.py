@@ -523,3 +523,42 @@ def test_checksums_over_several_threads(tmp_path: Path, monkeypatch: pytest.Monk
         fh.write(bytes([byte[0] ^ 1]))
     with Checkpointer(tmp_path) as fresh:
         assert fresh.load_latest() is None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "overlap"])
+def test_cuda_snapshot_is_the_state_when_save_was_called(tmp_path: Path, mode: str) -> None:
+    """On a GPU (skipped elsewhere): the training steps queued right after ``save`` never leak
+    into the checkpoint, whether the copy blocks the host, or runs on a side stream that the
+    next optimizer step waits for."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)],
+                                torch.nn.BatchNorm1d(2048)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    x = torch.randn(512, 2048, device="cuda")
+
+    def train_step() -> None:
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    for _ in range(2):
+        train_step()
+    with Checkpointer(tmp_path, async_save=mode != "sync") as ckpt:
+        for step in (1, 2):
+            state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+            expected = {"model": {k: v.clone() for k, v in state["model"].items()},
+                        "optimizer": {i: {k: v.clone() for k, v in st.items()}
+                                      for i, st in state["optimizer"]["state"].items()}}
+            ckpt.save(state, step, overlap=opt if mode == "overlap" else None)
+            for _ in range(3):
+                train_step()  # queued at once: races with the copy unless ordered
+            ckpt.wait()
+            saved = ckpt.load(step)
+            for key, value in expected["model"].items():
+                assert torch.equal(saved["model"][key], value.cpu()), (step, key)
+            for index, st in expected["optimizer"].items():
+                for key, value in st.items():
+                    assert torch.equal(saved["optimizer"]["state"][index][key], value.cpu())

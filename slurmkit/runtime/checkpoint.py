@@ -358,7 +358,7 @@ class _Snapshot:
         import torch
 
         self.torch = torch
-        self.buffers: list[Any] = []  # by order of first use in the state
+        self.buffers: list[tuple[Any, bool]] = []  # (storage, pinned) by order of first use
         self.memo: dict[_Key, Any] = {}  # this save's storages -> their buffers
         self.todo: list[tuple[Any, Any, bool]] = []  # (buffer, source storage, deferred)
         self.deferred: frozenset[_Key] = frozenset()
@@ -447,14 +447,14 @@ class _Snapshot:
 
     def _buffer(self, index: int, nbytes: int, pinned: bool) -> Any:
         if index < len(self.buffers):
-            buf = self.buffers[index]
-            if buf.nbytes() == nbytes and buf.is_pinned() == pinned:
+            buf, was_pinned = self.buffers[index]
+            if buf.nbytes() == nbytes and was_pinned == pinned:
                 return buf
         buf = self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=pinned).untyped_storage()
         if index < len(self.buffers):
-            self.buffers[index] = buf
+            self.buffers[index] = (buf, pinned)
         else:
-            self.buffers.append(buf)
+            self.buffers.append((buf, pinned))
         return buf
 
 
