@@ -9,12 +9,15 @@ PYTEST_ARGS ?=
 .PHONY: install demo test unit cluster-up cluster-down bench sbatch clean
 
 # The venv, with slurmkit editable and pinned dev + CPU torch (torch==2.13.0, from constraints.txt).
+# Editable in compat mode (a plain .pth path: no import hook run at every interpreter start), and
+# byte-compiled like a pip-installed package (with PYTHONDONTWRITEBYTECODE, nothing else does it).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PIP) install --quiet -c constraints.txt -e '.[dev,torch]'
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,torch]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(VENV)/.installed
+	$(PY) -m compileall -q slurmkit
 
 # The main job: the quickstart sweep (8 trials) on Slurm when reachable, else on this machine.
 demo: install
@@ -43,6 +46,7 @@ cluster-down:
 bench: install
 	$(PY) bench/run.py
 	$(PY) bench/checkpoint.py
+	$(PY) bench/checkpoint.py --loop
 
 # Regenerate the ready-to-submit scripts under sbatch/ from sweeps/*.yaml.
 sbatch: install

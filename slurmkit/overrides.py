@@ -20,7 +20,6 @@ where Hydra 1.3 gets the values wrong (``sort(range(5,0,-2))`` is 2,4,6).
 from __future__ import annotations
 
 import builtins
-import decimal
 import inspect
 import math
 import re
@@ -94,6 +93,8 @@ class _Quoted:
 
 @dataclass(frozen=True)
 class _Choice:
+    """A choice sweep, like Hydra's ChoiceSweep (a docstring spares dataclass an inspect call)."""
+
     items: tuple[Any, ...]
     simple: bool  # the `a,b` form (or a cast/sort of several arguments)
 
@@ -125,6 +126,8 @@ def _new_range(start: int | float, stop: int | float, step: int | float) -> _Ran
         return _Range(start, stop, step, tuple(ints))
     if not all(math.isfinite(v) for v in (start, stop, step)):
         raise ValueError("arguments must be finite")
+    import decimal
+
     # Hydra's FloatRange: Decimal(float) is exact, sums round to 28 digits.
     context = decimal.Context(prec=28, rounding=decimal.ROUND_HALF_EVEN)
     current, end, increment = (decimal.Decimal(v) for v in (start, stop, step))

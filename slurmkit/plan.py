@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import json
 import math
-import random
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import arrays
 from .errors import SpecError
 from .overrides import Distribution, Sweep
 from .spec import SweepSpec
 
+if TYPE_CHECKING:
+    import random
 
-@dataclass(frozen=True)
+# json.dumps with these options, without building an encoder per call
+_CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_ROW = json.JSONEncoder(ensure_ascii=False).encode
+# what both encoders write for an int or a str (their own scalar paths, without the call)
+_SCALAR = {int: int.__repr__, str: json.encoder.encode_basestring}
+
+
+@dataclass(slots=True)
 class Trial:
-    """One point of the search space."""
+    """One point of the search space (not frozen: a sweep builds thousands, and a frozen
+    dataclass is three times slower to build)."""
 
     index: int
     id: str
     params: dict[str, Any]
+    row_json: str = field(compare=False, repr=False)  # json.dumps(row(), ensure_ascii=False)
 
     def row(self) -> dict[str, Any]:
         return {"index": self.index, "id": self.id, "params": self.params}
@@ -51,30 +62,71 @@ def expand(spec: SweepSpec) -> list[Trial]:
     """All trials: ``num_samples`` x the grid, random parameters drawn from ``seed``.
 
     The grid is the cartesian product in key order (first key varies slowest), exactly like
-    Hydra's basic sweeper.
+    Hydra's basic sweeper. Trials are built column by column (a key's value in every trial);
+    each trial's JSON (for its id and its manifest row) is joined from pieces encoded once per
+    grid value: the same text as :func:`trial_id` and ``json.dumps(trial.row(),
+    ensure_ascii=False)``.
     """
     keys = list(spec.params)
-    grid_keys = [k for k in keys if isinstance(spec.params[k], Sweep)]
+    grid = math.prod(len(d.values) for d in spec.params.values() if isinstance(d, Sweep))
+    total = spec.num_samples * grid
     rand_keys = [k for k in keys if isinstance(spec.params[k], Distribution)]
-    fixed = {k: v for k, v in spec.params.items() if k not in grid_keys and k not in rand_keys}
-    rng = random.Random(spec.seed)
-    trials: list[Trial] = []
-    seen: dict[str, int] = {}
-    for _ in range(spec.num_samples):
-        for combo in itertools.product(*(spec.params[k].values for k in grid_keys)):
-            point = dict(fixed)
-            point.update(zip(grid_keys, combo))
-            for k in rand_keys:
-                point[k] = sample(spec.params[k], rng)
-            params = {k: point[k] for k in keys}
-            tid = trial_id(params)
+    draws: list[int | float] = []
+    if rand_keys:
+        import random
+
+        rng = random.Random(spec.seed)
+        draws = [sample(spec.params[k], rng) for _ in range(total) for k in rand_keys]
+    columns: dict[str, tuple[list[Any], list[str], list[str]]] = {}
+    run = grid  # how many trials in a row share a value of the current grid key
+    for k in keys:
+        domain = spec.params[k]
+        if isinstance(domain, Sweep):
+            run //= len(domain.values)
+            times = total // (len(domain.values) * run)
+            columns[k] = tuple(_tile(col, run, times) for col in _column(k, domain.values))
+        elif isinstance(domain, Distribution):
+            columns[k] = _column(k, draws[rand_keys.index(k)::len(rand_keys)])
+        else:
+            columns[k] = tuple(col * total for col in _column(k, [domain]))
+
+    def per_trial(part: int, order: list[str]) -> Iterable[tuple[Any, ...]]:
+        cols = [columns[k][part] for k in order]
+        return zip(*cols) if cols else itertools.repeat((), total)
+
+    sha256 = hashlib.sha256
+    ids = [sha256(("{" + ",".join(c) + "}").encode()).hexdigest()[:12]
+           for c in per_trial(1, sorted(keys))]
+    params = [dict(zip(keys, v)) for v in per_trial(0, keys)]
+    if len(set(ids)) < total:
+        seen: dict[str, int] = {}
+        for index, tid in enumerate(ids):
             if tid in seen:
-                raise SpecError(f"trials {seen[tid]} and {len(trials)} have the same parameters "
-                                f"{params}", file=spec.source, key="params",
+                raise SpecError(f"trials {seen[tid]} and {index} have the same parameters "
+                                f"{params[index]}", file=spec.source, key="params",
                                 hint="remove repeated values from the search space")
-            seen[tid] = len(trials)
-            trials.append(Trial(len(trials), tid, params))
-    return trials
+            seen[tid] = index
+    rows = [f'{{"index": {index}, "id": "{tid}", "params": {{{", ".join(r)}}}}}'
+            for index, tid, r in zip(itertools.count(), ids, per_trial(2, keys))]
+    return list(map(Trial, range(total), ids, params, rows))
+
+
+def _column(key: str, values: Sequence[Any]) -> tuple[list[Any], list[str], list[str]]:
+    """``values`` of ``key``, and their ``"key":value`` pieces of the canonical JSON and of a
+    manifest row."""
+    name = _ROW(key)
+    canon, row = [], []
+    for value in values:
+        scalar = _SCALAR.get(type(value))
+        text = scalar(value) if scalar is not None else None
+        canon.append(f"{name}:{_CANON(value) if text is None else text}")
+        row.append(f"{name}: {_ROW(value) if text is None else text}")
+    return list(values), canon, row
+
+
+def _tile(column: list[Any], run: int, times: int) -> list[Any]:
+    """``column`` with each item ``run`` times in a row, the whole ``times`` times."""
+    return (column if run == 1 else [x for x in column for _ in range(run)]) * times
 
 
 def sample(dist: Distribution, rng: random.Random) -> int | float:
@@ -94,7 +146,12 @@ def chunks(indices: Iterable[int], max_array_size: int) -> list[Chunk]:
     """
     if max_array_size < 1:
         raise ValueError("max_array_size must be positive")
-    groups: dict[int, list[int]] = {}
-    for i in sorted(set(indices)):
-        groups.setdefault(i // max_array_size, []).append(i)
-    return [Chunk(c * max_array_size, tuple(ix)) for c, ix in sorted(groups.items())]
+    ordered = sorted(set(indices))
+    out: list[Chunk] = []
+    start = 0
+    while start < len(ordered):
+        offset = ordered[start] // max_array_size * max_array_size
+        end = bisect.bisect_left(ordered, offset + max_array_size, start)
+        out.append(Chunk(offset, tuple(ordered[start:end])))
+        start = end
+    return out

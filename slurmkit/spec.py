@@ -12,11 +12,12 @@ import copy
 import os
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import slurmtime
 from .errors import SpecError
-from .overrides import Distribution, OverrideError, Sweep, format_value, parse_override, parse_value
+from .overrides import (Distribution, Override, OverrideError, Sweep, format_value, parse_override,
+                        parse_value)
 
 ARG_STYLES = ("hydra", "argparse", "none")
 TOP_KEYS = ("name", "command", "args", "params", "num_samples", "seed", "resources",
@@ -154,39 +155,12 @@ def _written(domain: Domain) -> Any:
 def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> SweepSpec:
     """Read ``path`` (YAML) over the profile and user config, apply Hydra-style ``overrides``
     and validate. A ``job`` may have no ``params`` (it is one trial)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-    import yaml
-
     if not os.path.isfile(path):
         raise SpecError("no such file", file=path)
     try:
-        cfg = OmegaConf.load(path)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"malformed YAML: {exc}".replace("\n", " "), file=path) from None
-    except OmegaConfBaseException as exc:
-        raise SpecError(str(exc).splitlines()[0], file=path) from None
-    if not OmegaConf.is_dict(cfg):
-        raise SpecError("the top level must be a mapping of keys", file=path,
-                        hint=f"allowed keys: {', '.join(TOP_KEYS)}")
-    parsed = [_parse_cli(text) for text in overrides]
-    cfg = _with_defaults(cfg, parsed)
-    for ov in parsed:
-        if ov.key.split(".")[0] == "params":
-            continue
-        if isinstance(ov.value, (Sweep, Distribution)):
-            raise SpecError("only params.* can be swept", file=CLI, key=ov.key)
-        try:
-            if ov.prefix == "~":
-                _delete(cfg, ov.key)
-            else:
-                OmegaConf.update(cfg, ov.key, ov.value, force_add=True, merge=False)
-        except OmegaConfBaseException as exc:
-            raise SpecError(str(exc).splitlines()[0], file=CLI, key=ov.key) from None
-    try:
-        data = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as exc:
-        raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
+        data, parsed = _resolve_plain(path, overrides)
+    except Exception:  # not plain data, or a mistake: omegaconf gives the result or the message
+        data, parsed = _resolve(path, overrides)
     texts: dict[str, Any] = {}
     params = _param_space(data.get("params"), path, texts)
     for ov, text in zip(parsed, overrides):
@@ -207,23 +181,86 @@ def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> Swee
     return validate(data, path, texts, job=job)
 
 
-def _with_defaults(cfg: Any, parsed: list[Any]) -> Any:
-    """``cfg`` merged over the user config and the profile (the file wins)."""
+def _resolve(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+    """The spec's keys (``path`` over the user config and profile, overrides of keys other than
+    ``params`` applied, interpolations resolved) with omegaconf, and the parsed overrides."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    import yaml
 
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed YAML: {exc}".replace("\n", " "), file=path) from None
+    except OmegaConfBaseException as exc:
+        raise SpecError(str(exc).splitlines()[0], file=path) from None
+    if not OmegaConf.is_dict(cfg):
+        raise SpecError("the top level must be a mapping of keys", file=path,
+                        hint=f"allowed keys: {', '.join(TOP_KEYS)}")
+    parsed = [_parse_cli(text) for text in overrides]
+    user, layers = _defaults(cfg, parsed)
+    merged = OmegaConf.merge(*map(OmegaConf.create, layers), OmegaConf.create(user), cfg)
+    _drop_container(merged, cfg, parsed)
+    for ov in _settings(parsed):
+        try:
+            if ov.prefix == "~":
+                _delete(merged, ov.key)
+            else:
+                OmegaConf.update(merged, ov.key, ov.value, force_add=True, merge=False)
+        except OmegaConfBaseException as exc:
+            raise SpecError(str(exc).splitlines()[0], file=CLI, key=ov.key) from None
+    try:
+        return OmegaConf.to_container(merged, resolve=True), parsed
+    except OmegaConfBaseException as exc:
+        raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
+
+
+def _resolve_plain(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+    """What :func:`_resolve` returns, without omegaconf when every layer is plain data
+    (:mod:`slurmkit.plainconf`); raises otherwise."""
+    from . import plainconf
+
+    cfg = plainconf.load(path)
+    parsed = [_parse_cli(text) for text in overrides]
+    if isinstance(cfg.get("profile"), (dict, list)):
+        raise plainconf.NotPlain("profile")
+    user, layers = _defaults(cfg, parsed)
+    merged = plainconf.merge(*layers, user, cfg)
+    _drop_container(merged, cfg, parsed)
+    for ov in _settings(parsed):
+        if ov.prefix == "~":
+            plainconf.delete(merged, ov.key)
+        else:
+            plainconf.update(merged, ov.key, ov.value)
+    return merged, parsed
+
+
+def _defaults(cfg: Any, parsed: list[Override]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The layers under the spec file ``cfg``: the user config, and the chosen profile's."""
     from . import userconfig
 
     user, user_path = userconfig.load()
     chosen = next((ov.value for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
                   cfg.get("profile") or user.get("profile"))
-    layers = [OmegaConf.create(userconfig.profile(str(chosen), user_path))] if chosen else []
-    merged = OmegaConf.merge(*layers, OmegaConf.create(user), cfg)
-    if "container" in merged and not (merged.container or {}).get("image"):
-        # container defaults (profile, user config) apply only to specs that name an image
+    return user, [userconfig.profile(str(chosen), user_path)] if chosen else []
+
+
+def _drop_container(merged: Any, cfg: Any, parsed: list[Override]) -> None:
+    """Container defaults (profile, user config) apply only to specs that name an image."""
+    if "container" in merged and not (merged["container"] or {}).get("image"):
         container_given = "container" in cfg or any(ov.key.startswith("container.") for ov in parsed)
         if not container_given:
             del merged["container"]
-    return merged
+
+
+def _settings(parsed: list[Override]) -> Iterator[Override]:
+    """The overrides of keys other than ``params``, in order (they cannot be swept)."""
+    for ov in parsed:
+        if ov.key.split(".")[0] == "params":
+            continue
+        if isinstance(ov.value, (Sweep, Distribution)):
+            raise SpecError("only params.* can be swept", file=CLI, key=ov.key)
+        yield ov
 
 
 def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
@@ -234,7 +271,7 @@ def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
     return validate(data, source, texts, job=True)
 
 
-def _parse_cli(text: str):
+def _parse_cli(text: str) -> Override:
     try:
         return parse_override(text)
     except OverrideError as exc:

@@ -67,7 +67,7 @@ def create(spec: SweepSpec, trials: list[Trial], root: str,
         with open(staging.spec_yaml, "w", encoding="utf-8") as fh:
             fh.write(to_yaml(spec))
         with open(staging.manifest, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(t.row(), ensure_ascii=False) + "\n" for t in trials)
+            fh.writelines(t.row_json + "\n" for t in trials)
         if submission is not None:
             record_submission(staging, submission)
         os.rename(tmp, root)

@@ -9,13 +9,16 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import arrays, plan, render, spec as spec_mod, states, store
-from .backends import local, slurm
+from .backends import slurm
 from .errors import SchedulerError, UserError
 from .fsutil import atomic_write_json, read_json
 from .layout import SweepDir
+
+if TYPE_CHECKING:
+    from .backends import local  # imported when trials run here: it loads the runtime
 
 BACKENDS = ("auto", "slurm", "local")
 
@@ -173,6 +176,8 @@ def _dispatch(spec: spec_mod.SweepSpec, sweep: SweepDir, target: Target, indices
               launch: dict[str, list[str]]) -> Submission:
     result = Submission(sweep.root, target.backend, total, indices, note=target.note)
     if target.backend == "local":
+        from .backends import local
+
         store.record_submission(sweep, {"backend": "local", "pid": os.getpid(),
                                         "indices": arrays.compress(indices)})
         result.exit_codes = local.run(sweep, indices, max_parallel=spec.max_parallel,

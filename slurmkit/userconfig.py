@@ -22,17 +22,15 @@ def path() -> str:
 
 def load() -> tuple[dict[str, Any], str]:
     """The user's defaults (``{}`` without a file) and the file's path, for messages."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-    import yaml
+    from . import plainconf
 
     where = path()
     if not os.path.isfile(where):
         return {}, where
     try:
-        data = OmegaConf.to_container(OmegaConf.load(where), resolve=True)
-    except (yaml.YAMLError, OmegaConfBaseException) as exc:
-        raise SpecError(f"malformed: {str(exc).splitlines()[0]}", file=where) from None
+        data = plainconf.load(where)
+    except Exception:  # not plain data, or a mistake: omegaconf gives the result or the message
+        data = _load_omegaconf(where)
     if data is None:
         return {}, where
     if not isinstance(data, dict):
@@ -43,6 +41,17 @@ def load() -> tuple[dict[str, Any], str]:
         raise SpecError(f"unknown key {unknown[0]!r}", file=where, key=str(unknown[0]),
                         hint=f"allowed keys: {', '.join(CONFIG_KEYS)}")
     return data, where
+
+
+def _load_omegaconf(where: str) -> Any:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    import yaml
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(where), resolve=True)
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        raise SpecError(f"malformed: {str(exc).splitlines()[0]}", file=where) from None
 
 
 def profile(name: str, source: str) -> dict[str, Any]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from slurmkit import arrays, plan, spec as spec_mod
 from slurmkit.errors import SpecError
+from slurmkit.overrides import Distribution, Sweep
 
 
 def _load(spec_file, body, overrides=()):
@@ -57,6 +60,49 @@ def test_random_search_is_reproducible_and_in_bounds(spec_file):
     assert all(-1 <= t.params["u"] < 1 for t in a)
     c = plan.expand(_load(spec_file, body.replace("seed: 11", "seed: 12")))
     assert [t.params for t in c] != [t.params for t in a]
+
+
+def _reference_expand(s):
+    """expand() written plainly: trial by trial, json.dumps for ids and rows."""
+    import itertools
+    import random
+
+    keys = list(s.params)
+    grid = [k for k in keys if isinstance(s.params[k], Sweep)]
+    rng = random.Random(s.seed)
+    out = []
+    for _ in range(s.num_samples):
+        for combo in itertools.product(*(s.params[k].values for k in grid)):
+            point = dict(zip(grid, combo))
+            params = {k: point[k] if k in point else plan.sample(s.params[k], rng)
+                      if isinstance(s.params[k], Distribution) else s.params[k] for k in keys}
+            tid = plan.trial_id(params)
+            out.append((len(out), tid, params, json.dumps(
+                {"index": len(out), "id": tid, "params": params}, ensure_ascii=False)))
+    return out
+
+
+def test_expand_is_the_plain_definition():
+    """expand() joins per-value JSON pieces, column by column: the same trials, ids and
+    manifest rows as the trial-by-trial definition with json.dumps."""
+    nested = {"b": [1, {"z": None, "a": "q\"x"}], "a": {"y": 2.5, "x": [True]}}
+    params = {
+        "lr": Sweep((1e-5, 0.1, 1.0, -0.0, 3, -7, 10**20, float("inf"), float("nan"))),
+        "optim.beta": Sweep((True, False, None)),
+        "name": Sweep(("plain", "ünï", "日本", 'quo"te', "new\nline", "tab\t", "back\\", "")),
+        "u": Distribution("uniform", 0.0, 1.0),
+        "Zed": Sweep((nested, [nested, []], {})),
+        "fixed": {"k": ["v", 2]},
+        "a.b.c": "ß",
+        "r": Distribution("randint", 1, 10**6),
+    }
+    for keys, samples in [(list(params), 2), (["lr", "fixed"], 1), (["u", "a.b.c"], 5), ([], 1),
+                          (["name", "r", "optim.beta"], 3)]:
+        s = spec_mod.SweepSpec(name="t", command=("x",), params={k: params[k] for k in keys},
+                               num_samples=samples, seed=5)
+        ours = [(t.index, t.id, t.params, t.row_json) for t in plan.expand(s)]
+        assert repr(ours) == repr(_reference_expand(s))  # repr: nan == nan, -0.0 != 0.0
+        assert all(t.id == plan.trial_id(t.params) for t in plan.expand(s))
 
 
 def test_duplicate_points_are_rejected(spec_file):

@@ -1,0 +1,225 @@
+"""The spec's plain-data path (no omegaconf) against omegaconf's: the same specs, the same
+merged and overridden keys, the same errors; anything not plain goes to omegaconf."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+from omegaconf._utils import get_yaml_loader
+
+import test_jobs
+import test_spec
+from slurmkit import plainconf, spec as spec_mod
+from slurmkit.errors import SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = sorted(str(p) for p in (ROOT / "sweeps").glob("*.yaml"))
+BAD_TABLE = next(m for m in test_spec.test_bad_input_names_file_and_key.pytestmark
+                 if m.name == "parametrize").args[1]
+
+USER_CONFIGS = {
+    "none": None,
+    "empty": "",
+    "full": "resources: {partition: gpu, account: ml, time: '1:00:00'}\noutput_root: /shared/runs\n"
+            "profile: sunk\nenv: {NCCL_IB_HCA: mlx5}\ncontainer: {mounts: [/mnt/data]}\n",
+    "requeue": "requeue: {signal: USR1, budgets: {timeout: 5}}\nenv: {A: 1}\n",
+    "bad-key": "partition: gpu\n",
+    "list": "- a\n",
+    "interpolation": "output_root: ${oc.env:HOME}/runs\n",
+    "missing": "output_root: ???\n",
+    "malformed": "resources: {a: [1\n",
+    "duplicate": "env: {A: 1}\nenv: {B: 2}\n",
+}
+
+BODIES = [
+    test_spec.GOOD,
+    test_jobs.JOB,
+    "command: x\nparams: {a: [1]}\n",
+    "name: n\ncommand: [python, t.py, 3]\nparams:\n  a: 1e-5\n  b: [1_000, 0x1f, 0o17, .5, 1.]\n"
+    "  c: [yes, no, on, off, ~, null, 2001-12-14, '2001-12-14', 1:30, 1.5e3]\n  d: {e: {f: 'x,y'}}\n",
+    "command: x\nparams: {a: [1]}\nresources: &r {partition: low}\nenv: {A: 1, B: two, C: true}\n",
+    "base: &b {partition: low, time: '1:00'}\ncommand: x\nparams: {a: [1]}\nresources:\n  <<: *b\n"
+    "  partition: high\n",
+    "command: x\nparams: {a: [1]}\ncontainer: {image: /img.sqsh, mounts: [/mnt/a]}\n",
+    "command: x\nparams: {a: [1]}\ncontainer: null\n",
+    "command: x\nparams: {a: [1]}\ncontainer: {mounts: [/mnt/a]}\n",
+    "command: x\nparams: {a: [1]}\nprofile: sunk-gb200\nenv: {UCX_TLS: rc}\n",
+    "command: x\nparams: {a: [1]}\nprofile: nope\n",
+    "command: x\nparams: {a: [1]}\nprofile: {a: 1}\n",
+    "command: x\nparams: {a: [1]}\nprofile: null\n",
+    "command: x\nparams: {a: [1]}\nname: ${oc.env:USER}\n",
+    "command: x\nparams: {a: [1]}\nname: '\\${x}'\n",
+    "command: x\nparams: {a: [1]}\nname: ???\n",
+    "command: x\nparams: {a: ['${x}']}\n",
+    "command: x\nparams: {a: [1]}\nname: n\nname: m\n",
+    "command: x\nparams: {a: [1]}\nresources: {time: !!timestamp 2001-12-14}\n",
+    "command: x\nparams: {a: [1]}\nworkdir: !!python/object/apply:pathlib.Path [/tmp]\n",
+    "command: x\nparams: {a: [1]}\nenv: !!binary aGVsbG8=\n",
+    "command: x\nparams: {1: [1], 2.5: [2], true: [3], null: [4]}\n",
+    "command: x\nparams: {a: [1]}\n'': 1\n",
+    "command: x\nparams: {a: [1]}\nresources: [1, 2]\n",
+    "- command\n",
+    "just a string\n",
+    "",
+    "command: x\nparams: {a: [1, 2\n",
+]
+
+OVERRIDES = [
+    [],
+    ["resources.time=2:00:00", "max_parallel=3", "params.a=1,2", "~params.a", "params.b=range(0,4)"],
+    ["resources.partition=gpu", "+resources.qos=high", "++env.X=1", "~resources.partition"],
+    ["resources={partition: low, nodes: 2}", "env.Y=[1,2]", "name=${x}", "seed=???"],
+    ["resources=5"],
+    ["name.x=1", "command.0=python", "command=[a, b]", "env.A.B=1"],
+    ["~env", "~env.A", "~nope", "~resources.nope.deeper", "~command.0"],
+    ["profile=sunk", "container.image=/i.sqsh"],
+    ["profile=none", "~profile"],
+    ["profile=a,b"],
+    ["resources.time=1:00,2:00"],
+    ["env.Z={1: a}", "env.W={a: ${b}}", "workdir='/a b'", "name=null"],
+    ["params.=1"],
+    ["=1", "a=(("],
+    ["_private=1", "db/mysql=1", "pkg@grp=1", "$x=1"],
+]
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return "ok", fn(*args, **kwargs)
+    except Exception as exc:  # the same error: its type, message and named file and key
+        return "error", (type(exc), str(exc), getattr(exc, "file", None), getattr(exc, "key", None),
+                         getattr(exc, "hint", None))
+
+
+def _deep(value):
+    """``value`` with the order of every mapping's keys made visible to ``==``."""
+    if isinstance(value, dict):
+        return [(k, _deep(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_deep(v) for v in value]
+    return value
+
+
+def _omegaconf_only(monkeypatch):
+    def refuse(*_args):
+        raise plainconf.NotPlain("refused")
+
+    monkeypatch.setattr(plainconf, "load", refuse)
+
+
+def _compare(path, overrides, monkeypatch):
+    """Both paths give the same spec or error; return whether the plain path had the answer."""
+    plain = _outcome(spec_mod._resolve_plain, path, overrides)
+    fast = _outcome(spec_mod.load, path, overrides)
+    with monkeypatch.context() as m:
+        _omegaconf_only(m)
+        slow = _outcome(spec_mod.load, path, overrides)
+        reference = _outcome(spec_mod._resolve, path, overrides)
+    assert fast == slow
+    if fast[0] == "ok":
+        assert fast[1].params_text == slow[1].params_text
+    if plain[0] == "ok":  # whatever the plain path gives, omegaconf gives it too
+        assert reference[0] == "ok" and _deep(plain[1][0]) == _deep(reference[1][0])
+    return plain[0] == "ok" or plain[1][0] is SpecError
+
+
+@pytest.mark.parametrize("user,overrides", [
+    (user, overrides) for user in USER_CONFIGS for n, overrides in enumerate(OVERRIDES)
+    if user in ("none", "full") or n < 2], ids=lambda o: "|".join(o) or "-" if isinstance(o, list) else o)
+def test_bodies_both_paths(tmp_path, monkeypatch, user, overrides):
+    if USER_CONFIGS[user] is not None:
+        (tmp_path / "config.yaml").write_text(USER_CONFIGS[user])
+        monkeypatch.setenv("SLURMKIT_CONFIG", str(tmp_path / "config.yaml"))
+    for n, body in enumerate(BODIES):
+        path = tmp_path / f"s{n}.yaml"
+        path.write_text(body)
+        _compare(str(path), overrides, monkeypatch)
+
+
+@pytest.mark.parametrize("path", SWEEPS + ["bad-table"])
+def test_shipped_and_test_specs_take_the_plain_path(tmp_path, monkeypatch, path):
+    cases = [(path, [])] if path != "bad-table" else []
+    for n, (body, overrides, *_) in enumerate(BAD_TABLE if path == "bad-table" else []):
+        (tmp_path / f"b{n}.yaml").write_text(body)
+        cases.append((str(tmp_path / f"b{n}.yaml"), overrides))
+    for spec_path, overrides in cases:
+        assert _compare(spec_path, overrides, monkeypatch)
+    if path != "bad-table":
+        assert _compare(path, ["resources.time=1:00:00", "resources.partition=low"], monkeypatch)
+
+
+def test_plain_specs_do_not_import_omegaconf(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from slurmkit import spec, plan; s = spec.load(sys.argv[1], job=True); "
+            "plan.expand(s); assert 'omegaconf' not in sys.modules, 'omegaconf imported'")
+    for path in SWEEPS:
+        proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                              env={"SLURMKIT_CONFIG": "/dev/null", "PATH": "/usr/bin:/bin"})
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_loader_is_omegaconfs():
+    theirs = get_yaml_loader()
+    assert plainconf.Loader.yaml_implicit_resolvers == theirs.yaml_implicit_resolvers
+    pathlib_tags = {t for t in theirs.yaml_constructors if "pathlib" in str(t)}
+    assert len(pathlib_tags) == 3
+    assert {t: c for t, c in theirs.yaml_constructors.items() if t not in pathlib_tags} == \
+        plainconf.Loader.yaml_constructors
+    docs = ["a: 1e-5\nb: 1.5\nc: .inf\nd: 2001-12-14\ne: 1:20\nf: 0x10\ng: [on, y, ~]\n",
+            "a: {b: &x [1, {c: 2}], d: *x}\n", "a: !!set {x, y}\n"]
+    for doc in docs:
+        assert yaml.load(doc, Loader=plainconf.Loader) == yaml.load(doc, Loader=theirs)
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key a"):
+        yaml.load("a: 1\na: 2\n", Loader=plainconf.Loader)
+
+
+def _tree(rng: random.Random, depth: int = 0) -> dict:
+    keys = ["a", "b", "c", "d"]
+    out = {}
+    for key in rng.sample(keys, rng.randint(0, len(keys))):
+        out[key] = _value(rng, depth)
+    return out
+
+
+def _value(rng: random.Random, depth: int):
+    roll = rng.random()
+    if roll < 0.3 and depth < 3:
+        return _tree(rng, depth + 1)
+    if roll < 0.45:
+        return [rng.choice([1, "x", None, 2.5]) for _ in range(rng.randint(0, 2))]
+    return rng.choice([None, 0, 1, -1.5, True, False, "", "s", "0.1", "${a}", "???"])
+
+
+def test_merge_update_delete_match_omegaconf_on_random_trees():
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(3000):
+        layers = [_tree(rng) for _ in range(rng.randint(1, 3))]
+        ops = [(rng.choice(["set", "del"]), ".".join(rng.choices("abcd", k=rng.randint(1, 3))),
+                _value(rng, 2)) for _ in range(rng.randint(0, 3))]
+        try:
+            ours = plainconf.merge(*(plainconf.plain(layer) for layer in layers))
+            for op, key, value in ops:
+                if op == "set":
+                    plainconf.update(ours, key, value)
+                else:
+                    plainconf.delete(ours, key)
+        except plainconf.NotPlain:
+            continue
+        theirs = OmegaConf.merge(*map(OmegaConf.create, layers))
+        for op, key, value in ops:
+            if op == "set":
+                OmegaConf.update(theirs, key, value, force_add=True, merge=False)
+            else:
+                parent, _, leaf = key.rpartition(".")
+                node = OmegaConf.select(theirs, parent) if parent else theirs
+                del node[leaf]
+        assert _deep(ours) == _deep(OmegaConf.to_container(theirs, resolve=True)), (layers, ops)
+        checked += 1
+    assert checked > 500
