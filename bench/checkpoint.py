@@ -14,7 +14,8 @@ save time.
 
 ``--loop``: a training loop (an MLP whose parameters and AdamW state make about ``--gib``) that
 checkpoints with each method in turn. For each: how long the loop is blocked (``save`` itself,
-plus the wait in the next ``optimizer.step()`` for an overlapped snapshot) and how much slower
+plus the wait in the next ``optimizer.step()`` for an overlapped snapshot, timed between step
+pre-hooks run before and after the checkpoint's) and how much slower
 the loop ran in all until the checkpoint was on disk (the steps run meanwhile against the median
 plain step: on a machine with few cores, the background write competes with training).
 """
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -209,7 +211,14 @@ def loop_bench(args: argparse.Namespace, work: str) -> None:
                 start = time.perf_counter()
                 ckpt.save(state, rnd, overlap=opt if overlap else None)
                 saved = time.perf_counter() - start
+                waited: list[float] = []
+                # global step-pre-hooks run before the checkpoint's, the optimizer's own after it
+                first = register_optimizer_step_pre_hook(
+                    lambda *_: waited.append(-time.perf_counter()))
+                last = opt.register_step_pre_hook(lambda *_: waited.append(time.perf_counter()))
                 after = [step()]
+                first.remove()
+                last.remove()
                 while ckpt.writing and len(after) < 1000:
                     after.append(step())
                 start = time.perf_counter()
@@ -217,7 +226,7 @@ def loop_bench(args: argparse.Namespace, work: str) -> None:
                 left = time.perf_counter() - start
                 if rnd == 0:
                     continue  # warm-up: buffers allocated, files created
-                blocked.append(saved + max(0.0, after[0][1] - st))
+                blocked.append(saved + sum(waited))  # save() + the wait in the next step()
                 slowed.append(saved + sum(a + b for a, b in after) - len(after) * (fb + st) + left)
         results[name] = (blocked, slowed)
     sync_s = statistics.median(results["sync save"][0])
