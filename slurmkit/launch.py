@@ -8,9 +8,10 @@ first node (:func:`fill`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .spec import SweepSpec
+if TYPE_CHECKING:
+    from .spec import SweepSpec
 
 SELF_CHECK = ["bash", "-c", 'python3 -m slurmkit.runtime.selfcheck && exec "$@"', "slurmkit"]
 

@@ -33,10 +33,7 @@ class Trial:
     index: int
     id: str
     params: dict[str, Any]
-    row_json: str = field(compare=False, repr=False)  # json.dumps(row(), ensure_ascii=False)
-
-    def row(self) -> dict[str, Any]:
-        return {"index": self.index, "id": self.id, "params": self.params}
+    row_json: str = field(compare=False, repr=False)  # its manifest line (see expand)
 
 
 @dataclass(frozen=True)
@@ -52,20 +49,15 @@ class Chunk:
         return f"{spec}%{max_parallel}" if max_parallel else spec
 
 
-def trial_id(params: dict[str, Any]) -> str:
-    """A stable id: the same parameters always give the same id."""
-    canon = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canon.encode()).hexdigest()[:12]
-
-
 def expand(spec: SweepSpec) -> list[Trial]:
     """All trials: ``num_samples`` x the grid, random parameters drawn from ``seed``.
 
     The grid is the cartesian product in key order (first key varies slowest), exactly like
-    Hydra's basic sweeper. Trials are built column by column (a key's value in every trial);
-    each trial's JSON (for its id and its manifest row) is joined from pieces encoded once per
-    grid value: the same text as :func:`trial_id` and ``json.dumps(trial.row(),
-    ensure_ascii=False)``.
+    Hydra's basic sweeper. A trial's id is stable: the first 12 hex digits of the SHA-256 of
+    its parameters as ``json.dumps(params, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)``. Its manifest line is ``json.dumps({"index", "id", "params"},
+    ensure_ascii=False)``. Trials are built column by column (a key's value in every trial), and
+    both texts are joined from pieces encoded once per grid value.
     """
     keys = list(spec.params)
     grid = math.prod(len(d.values) for d in spec.params.values() if isinstance(d, Sweep))

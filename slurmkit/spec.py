@@ -159,7 +159,9 @@ def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> Swee
         raise SpecError("no such file", file=path)
     try:
         data, parsed = _resolve_plain(path, overrides)
-    except Exception:  # not plain data, or a mistake: omegaconf gives the result or the message
+    except SpecError:
+        raise  # a mistake the omegaconf path would report the same way
+    except Exception:  # not plain data, or malformed: omegaconf gives the result or the message
         data, parsed = _resolve(path, overrides)
     texts: dict[str, Any] = {}
     params = _param_space(data.get("params"), path, texts)

@@ -151,10 +151,14 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, i
     return t
 
 
-def wait(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStatus:
-    """Poll (one scheduler query each time) until every trial has finished."""
-    current = fetch()
-    while not current.finished:
-        time.sleep(interval)
+def wait(fetch: Callable[[], SweepStatus], interval: float = 2.0,
+         on_poll: Callable[[SweepStatus], None] | None = None) -> SweepStatus:
+    """Poll (one scheduler query each time) until every trial has finished; ``on_poll`` sees
+    every poll's status."""
+    while True:
         current = fetch()
-    return current
+        if on_poll is not None:
+            on_poll(current)
+        if current.finished:
+            return current
+        time.sleep(interval)

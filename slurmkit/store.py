@@ -87,12 +87,12 @@ def to_yaml(spec: SweepSpec) -> str:
 def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) -> SweepDir:
     """Build ``root`` for a script submitted with plain ``sbatch`` (array ``array_job_id``),
     tolerating concurrent array tasks doing the same."""
-    from . import plan, spec as spec_mod
+    from . import arrays, plan, spec as spec_mod
 
     sweep_spec = spec_mod.load(spec_path)
     trials = plan.expand(sweep_spec)
-    chunk = plan.chunks(range(len(trials)), len(trials) + offset + 1)[0]
-    job = {"job_id": array_job_id, "offset": offset, "array": chunk.array_spec(), "script": None}
+    job = {"job_id": array_job_id, "offset": offset, "array": arrays.compress(range(len(trials))),
+           "script": None}
     try:
         return create(sweep_spec, trials, root,
                       submission={"backend": "slurm", "state": "submitted", "jobs": [job]})

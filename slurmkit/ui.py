@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .states import FINAL as FINAL_STATES
-from .status import SweepStatus
+from .status import SweepStatus, wait
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -36,6 +36,12 @@ def _short(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _trial_bar() -> Progress:
+    """A progress bar over trials, with a free-text field ``extra`` after the count."""
+    return Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[extra]}"), TimeElapsedColumn(), console=err)
+
+
 class Reporter:
     """Announces the target and, for the local backend, draws a progress bar over trials."""
 
@@ -49,10 +55,8 @@ class Reporter:
             note(target.note)
         if target.backend == "local":
             total = sum(1 for _ in sweep.iter_manifest())
-            self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
-                                     console=err, transient=False)
-            self.task = self.progress.add_task("trials", total=total, failed="")
+            self.progress = _trial_bar()
+            self.task = self.progress.add_task("trials", total=total, extra="")
             self.progress.start()
 
     def trial_done(self, trial: Any, _index: int) -> None:
@@ -61,7 +65,7 @@ class Reporter:
         if trial.status.get("state") not in (None, "COMPLETED"):
             self.failed += 1
         self.progress.update(self.task, advance=1,
-                             failed=f"[red]{self.failed} failed[/red]" if self.failed else "")
+                             extra=f"[red]{self.failed} failed[/red]" if self.failed else "")
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -107,31 +111,22 @@ def print_status(current: SweepStatus, show_all: bool) -> None:
 
 
 def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> SweepStatus:
-    current = fetch()
-    with Live(status_view(current, show_all), console=out, refresh_per_second=1) as live:
-        while not current.finished:
-            time.sleep(interval)
-            current = fetch()
-            live.update(status_view(current, show_all))
-    return current
+    with Live(console=out, refresh_per_second=1) as live:
+        return wait(fetch, interval, lambda current: live.update(status_view(current, show_all)))
 
 
 def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStatus:
     """A progress bar over finished trials until the sweep has finished (one query a poll)."""
-    current = fetch()
-    progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=err)
-    with progress:
-        task = progress.add_task("trials", total=len(current.trials), counts="")
-        while True:
+    with _trial_bar() as progress:
+        task = progress.add_task("trials", total=None, extra="")
+
+        def show(current: SweepStatus) -> None:
             done = sum(1 for t in current.trials if t.state in FINAL_STATES)
             counts = " ".join(f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
                               for k, n in current.counts.items() if k != "COMPLETED")
-            progress.update(task, completed=done, counts=counts)
-            if current.finished:
-                return current
-            time.sleep(interval)
-            current = fetch()
+            progress.update(task, total=len(current.trials), completed=done, extra=counts)
+
+        return wait(fetch, interval, show)
 
 
 def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:

@@ -15,7 +15,6 @@ from .errors import SpecError
 CONFIG_KEYS = ("resources", "output_root", "container", "profile", "env", "requeue")
 
 
-
 def path() -> str:
     return os.environ.get("SLURMKIT_CONFIG") or os.path.expanduser("~/.config/slurmkit/config.yaml")
 

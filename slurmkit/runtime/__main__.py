@@ -38,7 +38,7 @@ def _task(args: argparse.Namespace) -> int:
         print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
         return 0
     stop_signals = {signal.SIGTERM, signal.SIGINT,
-                    getattr(signal, "SIG" + run.policy.get("signal", "USR2"))}
+                    getattr(signal, "SIG" + run.requeue_signal)}
     for signum in stop_signals:
         signal.signal(signum, lambda s, _f: run.terminate(s))
     run.start()

@@ -805,7 +805,7 @@ class Checkpointer:
 
     def _checksum(self, path: str) -> tuple[int, int]:
         with self.store.open(path) as fh:
-            return crc.of_stream(fh, self._crc_pool(), 2 * crc.threads())
+            return crc.of_stream(fh, self._crc_pool())
 
     def _valid(self, kinds: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
         """Committed checkpoints whose files check out, newest first; warns about the others."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from .. import states
+from .. import slurmtime, states
 from .contract import REQUEUE_EXIT
 
 # What classify() looked at, kept in each attempt's record.
@@ -58,12 +58,11 @@ def _epoch(text: str) -> float | None:
 
 
 def _seconds(text: str) -> int | None:
-    """Slurm's ``[D-]HH:MM:SS`` durations (RunTime, TimeLimit)."""
-    m = re.match(r"^(?:(\d+)-)?(\d+):(\d+):(\d+)$", text)
-    if not m:
+    """Slurm's durations (RunTime, TimeLimit) in seconds; ``None`` for unlimited, zero or junk."""
+    try:
+        return slurmtime.parse_seconds(text)
+    except ValueError:
         return None
-    d, h, mi, s = (int(g or 0) for g in m.groups())
-    return ((d * 24 + h) * 60 + mi) * 60 + s
 
 
 def classify(signals: Sequence[str], requeue_signal: str, info: dict[str, str], lead: int,

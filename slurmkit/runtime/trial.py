@@ -28,7 +28,7 @@ from ..fsutil import atomic_write_json, read_json
 from ..layout import SweepDir
 from ..overrides import format_value
 from . import requeue
-from .contract import ENV_SIGNAL
+from .contract import ENV_SIGNAL, REQUEUE_EXIT
 
 _SLURM_KEYS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
                "array_task_id": "SLURM_ARRAY_TASK_ID", "restart_count": "SLURM_RESTART_COUNT"}
@@ -76,6 +76,7 @@ class TrialRun:
         self.status: dict[str, Any] = {}
         self.policy: dict[str, Any] = self.config.get("requeue") or {"enabled": False}
         self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
+        self.requeue_signal: str = self.policy.get("signal", "USR2")
 
     def already_completed(self) -> bool:
         status = read_json(self.status_path, default={})
@@ -91,10 +92,10 @@ class TrialRun:
             # the last attempt vanished without recording an end: its node (or job) died
             earlier[-1].update(state=states.NODE_FAIL, cause="node_failure")
             if self.on_slurm:
-                budget = self.policy.get("budgets", {}).get("node_failure")
-                if budget is not None and requeue.used(earlier, "node_failure") > budget:
-                    self._record(states.FAILED, 1, cause="node_failure",
-                                 reason=f"node_failure budget exhausted ({budget})")
+                out = requeue.decide(REQUEUE_EXIT, "node_failure", False, earlier[:-1],
+                                     self.policy.get("budgets", {}))
+                if out.state == states.FAILED:
+                    self._record(out.state, out.code, cause=out.cause, reason=out.reason)
                     return
         attempt = {"n": len(earlier) + 1, "state": states.RUNNING,
                    "start": time.time(), "host": socket.gethostname(),
@@ -108,7 +109,7 @@ class TrialRun:
                "SLURMKIT_TRIAL_INDEX": str(self.row["index"]), "SLURMKIT_TRIAL_DIR": self.dir,
                "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
                "SLURMKIT_ATTEMPT": str(attempt["n"]),
-               ENV_SIGNAL: self.policy.get("signal", "USR2")}
+               ENV_SIGNAL: self.requeue_signal}
         launch = cfg.get("launch") or {}
         if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
             from ..launch import fill, rendezvous
@@ -152,7 +153,7 @@ class TrialRun:
             return int(self.status.get("exit_code") or 1)
         while True:
             try:
-                rc = self.proc.wait(timeout=0.2)
+                rc = self.proc.wait(timeout=0.2 if self.on_slurm else None)
                 break
             except subprocess.TimeoutExpired:
                 if self.signals and self.job is None and self.on_slurm:
@@ -170,7 +171,7 @@ class TrialRun:
             if self.signals:
                 info = self.job if self.job is not None else self._job_info()
                 attempt["slurm"] = {k: info[k] for k in requeue.EVIDENCE if k in info}
-                cause = requeue.classify(self.signals, self.policy.get("signal", "USR2"), info,
+                cause = requeue.classify(self.signals, self.requeue_signal, info,
                                          int(self.policy.get("lead", 120)),
                                          int(os.environ.get("SLURM_RESTART_COUNT", "0")))
             outcome = requeue.decide(code, cause, bool(self.signals), self.status["attempts"][:-1],
