@@ -121,3 +121,34 @@ assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_second_stop_signal_inside_the_first_handler_does_not_deadlock():
+    """Slurm signals the process group and the runtime forwards the same signal: a handler can
+    run inside another. A trace hook sends a new SIGTERM at every line the handler runs."""
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys
+from slurmkit.runtime import preemption
+preemption.install()
+sent = 0
+def lines(frame, event, arg):
+    global sent
+    if event == "line" and sent < 40:
+        sent += 1
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next check, in this one
+    return lines
+def calls(frame, event, arg):
+    return lines if event == "call" else None
+sys.settrace(calls)
+os.kill(os.getpid(), signal.SIGTERM)
+for _ in range(1000):
+    pass
+sys.settrace(None)
+assert preemption.should_stop()
+assert set(preemption.received()) == {"SIGTERM"} and len(preemption.received()) > 1, sent
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -56,14 +56,19 @@ def run(sweep: SweepDir, indices: Sequence[int], *, max_parallel: int | None = N
             for trial in running.values():
                 trial.terminate(signum)
 
+    # The handler only records the signal: taking a lock in it could deadlock when a second
+    # SIGTERM arrives while the first handler holds it (see slurmkit.runtime.preemption).
+    signalled: list[int] = []
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda s, _f: halt(s))
+        previous = signal.signal(signal.SIGTERM, lambda s, _f: signalled.append(s))
     pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="slurmkit-trial")
     futures: dict[Future[int], int] = {}
     todo = list(indices)
     try:
         while todo or futures:
+            if signalled and not stop.is_set():
+                halt(signalled[0])
             while todo and len(futures) < parallel and not stop.is_set():
                 index = todo.pop(0)
                 futures[pool.submit(one, index)] = index

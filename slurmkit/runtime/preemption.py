@@ -16,18 +16,18 @@ import atexit
 import os
 import signal
 import sys
-import threading
 from typing import NoReturn
 
 from .contract import ENV_SIGNAL, REQUEUE_EXIT
 
-_stop = threading.Event()
-_received: list[str] = []
+# Set by the handler with no lock: Slurm signals the whole process group while the runtime
+# forwards the same signal, so a second handler can run inside the first, at any bytecode. A
+# threading.Event would deadlock there (its set() holds a plain Lock).
+_received: list[int] = []
 
 
 def _handler(signum: int, _frame: object) -> None:
-    _received.append(signal.Signals(signum).name)
-    _stop.set()
+    _received.append(signum)
 
 
 def install(signals: tuple[str, ...] | None = None) -> None:
@@ -46,12 +46,12 @@ def install(signals: tuple[str, ...] | None = None) -> None:
 
 def should_stop() -> bool:
     """True once a stop signal arrived: checkpoint at this step boundary and exit."""
-    return _stop.is_set()
+    return bool(_received)
 
 
 def received() -> list[str]:
     """Names of the signals received so far."""
-    return list(_received)
+    return [signal.Signals(n).name for n in _received]
 
 
 def exit_for_requeue() -> NoReturn:
