@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
-from typing import Sequence
+from typing import Iterable
 
 
-def compress(indices: Sequence[int]) -> str:
-    """``[0,1,2,5,7,8]`` -> ``"0-2,5,7-8"``."""
-    parts: list[str] = []
-    for _, run in itertools.groupby(enumerate(sorted(indices)), lambda p: p[1] - p[0]):
-        run_list = [v for _, v in run]
-        lo, hi = run_list[0], run_list[-1]
-        parts.append(str(lo) if lo == hi else f"{lo}-{hi}")
-    return ",".join(parts)
+def compress(indices: Iterable[int]) -> str:
+    """``[0,1,2,5,7,8]`` -> ``"0-2,5,7-8"`` (repeats dropped)."""
+    ordered = sorted(set(indices))
+    if not ordered:
+        return ""
+    if ordered[-1] - ordered[0] == len(ordered) - 1:  # one run: the common case
+        runs = [(ordered[0], ordered[-1])]
+    else:
+        starts = [ordered[0]] + [b for a, b in zip(ordered, ordered[1:]) if b != a + 1]
+        ends = [a for a, b in zip(ordered, ordered[1:]) if b != a + 1] + [ordered[-1]]
+        runs = list(zip(starts, ends))
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
 
 
 def expand_array_spec(spec: str) -> list[int]:

@@ -77,7 +77,8 @@ def _outcome(result: Any, as_json: bool) -> None:
 
 
 def _emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, default=str, ensure_ascii=False))
+    """One JSON document on one line (json's C encoder; pipe it to ``jq`` to read it)."""
+    click.echo(json.dumps(obj, default=str, ensure_ascii=False))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

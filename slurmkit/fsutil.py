@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any
+
+
+def temp_name(directory: str, prefix: str) -> str:
+    """A path in ``directory`` that no one else picks (random, unlike a pid on a shared FS)."""
+    return os.path.join(directory, f"{prefix}{os.urandom(8).hex()}")
+
+
+def make_temp_dir(directory: str, prefix: str) -> str:
+    """A new empty directory (``tempfile.mkdtemp`` without importing tempfile)."""
+    while True:
+        path = temp_name(directory, prefix)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
 
 
 def atomic_write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a mix."""
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    while True:
+        tmp = temp_name(directory, ".tmp-")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

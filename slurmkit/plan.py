@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import bisect
-import hashlib
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, overload
+
+try:  # the builtin SHA-256: loads faster than OpenSSL's and hashes short texts faster
+    from _sha2 import sha256  # type: ignore[import-not-found]  # Python >= 3.12
+except ImportError:
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found, no-redef]
+    except ImportError:
+        from hashlib import sha256  # type: ignore[assignment]
 
 from . import arrays
 from .errors import SpecError
@@ -27,17 +35,43 @@ _SCALAR = {int: int.__repr__, str: json.encoder.encode_basestring}
 
 @dataclass(slots=True)
 class Trial:
-    """One point of the search space (not frozen: a sweep builds thousands, and a frozen
-    dataclass is three times slower to build)."""
+    """One point of the search space."""
 
     index: int
     id: str
     params: dict[str, Any]
-    row_json: str = field(compare=False, repr=False)  # its manifest line (see expand)
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Trials(Sequence[Trial]):
+    """All trials of a sweep, held column by column.
+
+    ``ids`` and ``rows`` (the manifest lines) are built at once; a :class:`Trial` and its
+    ``params`` dict only when asked for, since submitting 10,000 trials needs neither.
+    """
+
+    __slots__ = ("keys", "ids", "rows", "_values")
+
+    def __init__(self, keys: list[str], ids: list[str], rows: list[str],
+                 values: list[list[Any]]) -> None:
+        self.keys, self.ids, self.rows, self._values = keys, ids, rows, values
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Trial: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Trial]: ...
+
+    def __getitem__(self, index: int | slice) -> Trial | list[Trial]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        index = range(len(self))[index]  # IndexError, negative indices
+        return Trial(index, self.ids[index],
+                     {k: column[index] for k, column in zip(self.keys, self._values)})
+
+
+class Chunk(NamedTuple):
     """One ``sbatch --array``: trial index = ``offset`` + array task id."""
 
     offset: int
@@ -49,7 +83,7 @@ class Chunk:
         return f"{spec}%{max_parallel}" if max_parallel else spec
 
 
-def expand(spec: SweepSpec) -> list[Trial]:
+def expand(spec: SweepSpec) -> Trials:
     """All trials: ``num_samples`` x the grid, random parameters drawn from ``seed``.
 
     The grid is the cartesian product in key order (first key varies slowest), exactly like
@@ -86,21 +120,20 @@ def expand(spec: SweepSpec) -> list[Trial]:
         cols = [columns[k][part] for k in order]
         return zip(*cols) if cols else itertools.repeat((), total)
 
-    sha256 = hashlib.sha256
     ids = [sha256(("{" + ",".join(c) + "}").encode()).hexdigest()[:12]
            for c in per_trial(1, sorted(keys))]
-    params = [dict(zip(keys, v)) for v in per_trial(0, keys)]
+    rows = [f'{{"index": {index}, "id": "{tid}", "params": {{{", ".join(r)}}}}}'
+            for index, tid, r in zip(itertools.count(), ids, per_trial(2, keys))]
+    trials = Trials(keys, ids, rows, [columns[k][0] for k in keys])
     if len(set(ids)) < total:
         seen: dict[str, int] = {}
         for index, tid in enumerate(ids):
             if tid in seen:
                 raise SpecError(f"trials {seen[tid]} and {index} have the same parameters "
-                                f"{params[index]}", file=spec.source, key="params",
+                                f"{trials[index].params}", file=spec.source, key="params",
                                 hint="remove repeated values from the search space")
             seen[tid] = index
-    rows = [f'{{"index": {index}, "id": "{tid}", "params": {{{", ".join(r)}}}}}'
-            for index, tid, r in zip(itertools.count(), ids, per_trial(2, keys))]
-    return list(map(Trial, range(total), ids, params, rows))
+    return trials
 
 
 def _column(key: str, values: Sequence[Any]) -> tuple[list[Any], list[str], list[str]]:

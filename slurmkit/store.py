@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from . import __version__
 from .errors import UserError
-from .fsutil import atomic_write_json, read_json
+from .fsutil import atomic_write_json, make_temp_dir, read_json
 from .layout import SweepDir
 
 if TYPE_CHECKING:
-    from .plan import Trial
+    from .plan import Trials
     from .spec import SweepSpec
 
 
@@ -41,7 +39,7 @@ def sweep_config(spec: SweepSpec, submit_dir: str,
             "launch": launch, "created": time.time(), "slurmkit_version": __version__}
 
 
-def create(spec: SweepSpec, trials: list[Trial], root: str,
+def create(spec: SweepSpec, trials: Trials, root: str,
            submission: dict[str, Any] | None = None,
            launch: dict[str, list[str]] | None = None) -> SweepDir:
     """Write the sweep directory in a temporary sibling and rename it into place.
@@ -57,7 +55,7 @@ def create(spec: SweepSpec, trials: list[Trial], root: str,
         raise UserError(f"cannot create {parent}: {exc.strerror}", key="output_root") from None
     if os.path.exists(root):
         raise UserError(f"{root} already exists", hint="use --resume to continue a sweep")
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(root)}.tmp-", dir=parent)
+    tmp = make_temp_dir(parent, f".{os.path.basename(root)}.tmp-")
     try:
         staging = SweepDir(tmp)
         for sub in (staging.submissions, staging.scripts, staging.logs, staging.trials):
@@ -67,11 +65,13 @@ def create(spec: SweepSpec, trials: list[Trial], root: str,
         with open(staging.spec_yaml, "w", encoding="utf-8") as fh:
             fh.write(to_yaml(spec))
         with open(staging.manifest, "w", encoding="utf-8") as fh:
-            fh.writelines(t.row_json + "\n" for t in trials)
+            fh.writelines(row + "\n" for row in trials.rows)
         if submission is not None:
             record_submission(staging, submission)
         os.rename(tmp, root)
     except BaseException:
+        import shutil
+
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SweepDir(root)
@@ -81,7 +81,8 @@ def to_yaml(spec: SweepSpec) -> str:
     """The resolved spec as YAML (what ``slurmkit sweep`` would need to rebuild the sweep)."""
     import yaml
 
-    return yaml.safe_dump(spec.to_dict(), sort_keys=False, allow_unicode=True)
+    return yaml.dump(spec.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                     sort_keys=False, allow_unicode=True)
 
 
 def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) -> SweepDir:

@@ -6,10 +6,9 @@ The flow: spec -> trials -> sweep directory -> one rendered script per array chu
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from . import arrays, plan, render, spec as spec_mod, states, store
 from .backends import slurm
@@ -43,8 +42,7 @@ class Submission:
         return out
 
 
-@dataclass
-class Target:
+class Target(NamedTuple):
     """Where trials go: the chosen backend and, for Slurm, its MaxArraySize."""
 
     backend: str
@@ -54,18 +52,46 @@ class Target:
 
 def choose_backend(name: str) -> Target:
     """``auto``: Slurm when ``sbatch`` is on PATH and a controller answers; else local."""
-    if name not in BACKENDS:
-        raise UserError(f"unknown backend {name!r}", key="--backend",
-                        hint=f"allowed values: {', '.join(BACKENDS)}")
-    if name == "local":
-        return Target("local")
-    if name == "auto" and not slurm.available():
-        return Target("local", note="no sbatch on PATH: running the sweep on this machine")
-    try:
-        return Target("slurm", slurm.max_array_size(slurm.config(timeout=10 if name == "auto" else 30)))
-    except SchedulerError as exc:
-        if name == "slurm":
-            raise
+    return _TargetQuery(name).result()
+
+
+class _TargetQuery:
+    """:func:`choose_backend` in two steps: the controller is asked at once, and
+    :meth:`result` waits for its answer, so that trials expand meanwhile."""
+
+    def __init__(self, name: str) -> None:
+        if name not in BACKENDS:
+            raise UserError(f"unknown backend {name!r}", key="--backend",
+                            hint=f"allowed values: {', '.join(BACKENDS)}")
+        self.name = name
+        self.target: Target | None = None
+        self.command: slurm.Command | None = None
+        if name == "local":
+            self.target = Target("local")
+        elif name == "auto" and not slurm.available():
+            self.target = Target("local", note="no sbatch on PATH: running the sweep on this machine")
+        else:
+            try:
+                self.command = slurm.start_config(timeout=10 if name == "auto" else 30)
+            except SchedulerError as exc:
+                self.target = self._fallback(exc)
+
+    def result(self) -> Target:
+        if self.target is None:
+            assert self.command is not None
+            try:
+                self.target = Target("slurm", slurm.max_array_size(slurm.read_config(self.command)))
+            except SchedulerError as exc:
+                self.target = self._fallback(exc)
+        return self.target
+
+    def cancel(self) -> None:
+        if self.command is not None:
+            self.command.kill()
+
+    def _fallback(self, exc: SchedulerError) -> Target:
+        if self.name == "slurm":
+            raise exc
         return Target("local", note=f"{exc.message}: running the sweep on this machine")
 
 
@@ -106,8 +132,13 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
     """
     from .launch import plan as launch_plan
 
-    trials = plan.expand(spec)
-    target = choose_backend(backend)
+    query = _TargetQuery(backend)
+    try:
+        trials = plan.expand(spec)
+    except BaseException:
+        query.cancel()
+        raise
+    target = query.result()
     _check_target(spec, target, dry_run)
     root = os.path.abspath(sweep_dir) if sweep_dir else store.default_root(spec)
     _check_path(root)
@@ -124,6 +155,8 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
         return _dispatch(spec, sweep, target, list(range(len(trials))), len(trials), on_done,
                          launch)
     except UserError:
+        import shutil
+
         shutil.rmtree(sweep.root, ignore_errors=True)
         raise
 
@@ -208,7 +241,6 @@ def _dispatch(spec: spec_mod.SweepSpec, sweep: SweepDir, target: Target, indices
     atomic_write_json(record_path, record)
     result.jobs = jobs
     return result
-
 
 
 def render_plain(spec: spec_mod.SweepSpec, spec_path: str) -> str:

@@ -107,9 +107,11 @@ def test_expand_is_the_plain_definition():
                           (["name", "r", "optim.beta"], 3)]:
         s = spec_mod.SweepSpec(name="t", command=("x",), params={k: params[k] for k in keys},
                                num_samples=samples, seed=5)
-        ours = [(t.index, t.id, t.params, t.row_json) for t in plan.expand(s)]
+        trials = plan.expand(s)
+        ours = [(t.index, t.id, t.params, row) for t, row in zip(trials, trials.rows)]
         assert repr(ours) == repr(_reference_expand(s))  # repr: nan == nan, -0.0 != 0.0
-        assert all(t.id == trial_id(t.params) for t in plan.expand(s))
+        assert all(t.id == trial_id(t.params) for t in trials)
+        assert [t.index for t in trials[-2:]] == list(range(len(trials)))[-2:]
 
 
 def test_duplicate_points_are_rejected(spec_file):
@@ -129,3 +131,9 @@ def test_chunks_keep_task_ids_under_max_array_size():
 @pytest.mark.parametrize("indices", [[0], [0, 1, 2], [0, 2, 4], [5, 6, 7, 10, 11, 20], list(range(1000))])
 def test_compress_round_trips(indices):
     assert arrays.expand_array_spec(arrays.compress(indices)) == indices
+    assert arrays.compress(reversed(indices)) == arrays.compress(indices + indices[:1])
+
+
+def test_compress_sorts_and_drops_repeats():
+    assert arrays.compress([9, 3, 1, 2, 2, 7, 8]) == "1-3,7-9"
+    assert arrays.compress([]) == ""

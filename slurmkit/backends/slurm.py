@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from ..errors import SchedulerError, UserError
 from ..arrays import expand_array_spec
@@ -18,8 +16,7 @@ from ..arrays import expand_array_spec
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
 
-@dataclass(frozen=True)
-class TaskState:
+class TaskState(NamedTuple):
     """What the scheduler says about one array task."""
 
     state: str          # Slurm's state word, e.g. PENDING, RUNNING, COMPLETED, CANCELLED
@@ -27,28 +24,64 @@ class TaskState:
     exit_code: int | None = None
 
 
-def available() -> bool:
-    """``sbatch`` is on PATH."""
-    return shutil.which("sbatch") is not None
+def available(tool: str = "sbatch") -> bool:
+    """``tool`` is an executable on PATH (what ``shutil.which`` checks, without its imports)."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(directory or ".", tool)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return True
+    return False
+
+
+class Command:
+    """A Slurm command started now and waited for later, so the caller can work meanwhile."""
+
+    def __init__(self, argv: Sequence[str], timeout: float = 60) -> None:
+        self.argv, self.timeout = list(argv), timeout
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+        except FileNotFoundError:
+            raise SchedulerError(f"{argv[0]} not found on PATH",
+                                 hint="run on a Slurm login node, or use --backend local") from None
+
+    def wait(self) -> subprocess.CompletedProcess[str]:
+        """Its output; SchedulerError when it does not finish within the timeout."""
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise SchedulerError(f"{self.argv[0]} did not answer within {self.timeout:.0f} s",
+                                 hint="is slurmctld up? try: scontrol ping") from None
+        return subprocess.CompletedProcess(self.argv, self.proc.returncode, out, err)
+
+    def kill(self) -> None:
+        """Stop it (when its answer is no longer wanted)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
 
 
 def _run(argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise SchedulerError(f"{argv[0]} not found on PATH",
-                             hint="run on a Slurm login node, or use --backend local") from None
-    except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer within {timeout:.0f} s",
-                             hint="is slurmctld up? try: scontrol ping") from None
+    return Command(argv, timeout).wait()
 
 
 def config(timeout: float = 30) -> dict[str, str]:
     """``scontrol show config`` as a dict; SchedulerError when no controller answers."""
+    return read_config(start_config(timeout))
+
+
+def start_config(timeout: float = 30) -> Command:
+    """Start ``scontrol show config``; :func:`read_config` waits for it and parses it."""
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.exists(conf):  # scontrol would retry for a minute
         raise SchedulerError(f"SLURM_CONF={conf} does not exist")
-    proc = _run(["scontrol", "show", "config"], timeout=timeout)
+    return Command(["scontrol", "show", "config"], timeout)
+
+
+def read_config(command: Command) -> dict[str, str]:
+    """The answer of :func:`start_config` as a dict."""
+    proc = command.wait()
     if proc.returncode != 0:
         raise SchedulerError(f"no Slurm controller answered ({_first(proc.stderr)[:80]})",
                              hint="check SLURM_CONF and `scontrol ping`, or use --backend local")
@@ -127,7 +160,7 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
 
 
 def _sacct(ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
-    if shutil.which("sacct") is None:
+    if not available("sacct"):
         return {}
     proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(ids)}",
                  "--format=JobID,State,ExitCode"])
