@@ -50,6 +50,8 @@ def row(name: str, ours: list[float], base: list[float] | None, base_name: str,
     if base is not None:
         b = statistics.median(base)
         line += f" | {base_name}: {b * 1000:.1f} ms | ratio {m / b:.2f}x"
+        if m < b:
+            line += f" ({b / m:.1f}x faster)"
     print(f"{line} | target {target}", flush=True)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, SLURMKIT, run_cli
 from slurmkit import plan, render, spec as spec_mod, sweep as lib
 
 
@@ -63,6 +63,21 @@ def test_dry_run_prints_and_creates_nothing(tmp_path, spec_file):
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --array=0-4%2" in proc.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_large_output_survives_the_quick_exit(tmp_path, spec_file):
+    """The CLI leaves with os._exit after flushing: ~200 kB of --json through a pipe (more than
+    its buffer) arrive whole, and a closed pipe is an error, not a hang."""
+    import json
+
+    path = spec_file("command: x\nparams: {i: 'range(0,30000)'}\n")
+    proc = run_cli("sweep", str(path), f"output_root={tmp_path / 'runs'}", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["indices"] == list(range(30000))
+    head = subprocess.run(f"{' '.join(SLURMKIT)} sweep {path} --dry-run --json | head -c 10",
+                          shell=True, capture_output=True, text=True, timeout=60,
+                          executable="/bin/bash")
+    assert head.stdout == '{"sweep_di'
 
 
 @pytest.mark.parametrize("spec_path", sorted(glob.glob(str(ROOT / "sweeps" / "*.yaml"))))
