@@ -564,3 +564,43 @@ def test_cuda_snapshot_is_the_state_when_save_was_called(tmp_path: Path, mode: s
             for index, st in expected["optimizer"].items():
                 for key, value in st.items():
                     assert torch.equal(saved["optimizer"]["state"][index][key], value.cpu())
+
+
+def test_unregistrable_snapshot_buffer_warns_and_stays_usable(monkeypatch) -> None:
+    """cudaHostRegister can fail (a memlock limit): the buffer stays ordinary memory, usable,
+    and a warning says copies into it will block."""
+    torch = pytest.importorskip("torch")
+    from slurmkit.runtime import pinned
+
+    monkeypatch.setattr(pinned.HostBuffer, "_register", lambda self: 201)
+    buffers = [pinned.HostBuffer(pinned.REGISTER_FROM + 4096) for _ in range(2)]
+    assert not any(b.locked for b in buffers)
+    with pytest.warns(RuntimeWarning, match=r"CUDA error 201\) for 2 snapshot buffer"):
+        pinned.lock(buffers)
+    assert not any(b.locked for b in buffers)
+    buffers[0].tensor.fill_(3)
+    assert int(buffers[0].tensor.sum()) == 3 * buffers[0].nbytes
+
+
+def test_cuda_large_snapshot_buffers_are_registered_and_released() -> None:
+    """On a GPU (skipped elsewhere): large buffers are page-locked by registration, copies
+    into them are right, and dropping the buffer unregisters its memory."""
+    import gc
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from slurmkit.runtime import pinned
+
+    big, small = pinned.HostBuffer(pinned.REGISTER_FROM * 2), pinned.HostBuffer(4096)
+    assert small.locked and small.tensor.is_pinned() and not big.locked
+    pinned.lock([big, small])
+    assert big.locked and big.tensor.is_pinned()
+    view = torch.empty(0, dtype=torch.uint8).set_(big.storage)  # outlives the buffer object
+    src = torch.arange(256, dtype=torch.uint8, device="cuda").repeat(big.nbytes // 256)
+    view.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(view, src.cpu())
+    del big
+    gc.collect()
+    assert not view.is_pinned()

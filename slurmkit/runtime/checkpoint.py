@@ -37,7 +37,7 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator
 
-from . import crc
+from . import crc, pinned
 
 COMMIT = "COMMIT.json"
 _TMP = ".tmp-"
@@ -348,7 +348,7 @@ class _Copies:
 class _Snapshot:
     """Copies a state's tensors into host buffers reused from one save to the next.
 
-    CUDA tensors go into pinned buffers, copied on a side stream that first waits for the work
+    CUDA tensors go into page-locked buffers (:mod:`.pinned`), copied on a side stream that first waits for the work
     already queued. Tensors sharing a storage still share one afterwards; containers are
     rebuilt, other objects deep-copied. Storages in ``deferred`` (those only an optimizer's
     step changes) are copied after :meth:`take` returns: see :class:`_Copies`.
@@ -358,7 +358,9 @@ class _Snapshot:
         import torch
 
         self.torch = torch
-        self.buffers: list[tuple[Any, bool]] = []  # (storage, pinned) by order of first use
+        # (storage, its pinned.HostBuffer or None when pageable) by order of first use
+        self.buffers: list[tuple[Any, pinned.HostBuffer | None]] = []
+        self.fresh: list[pinned.HostBuffer] = []  # pinned buffers made by this save
         self.memo: dict[_Key, Any] = {}  # this save's storages -> their buffers
         self.todo: list[tuple[Any, Any, bool]] = []  # (buffer, source storage, deferred)
         self.deferred: frozenset[_Key] = frozenset()
@@ -372,10 +374,12 @@ class _Snapshot:
         try:
             out = self._copy(state)
             del self.buffers[len(self.memo):]  # the state shrank: drop what it no longer uses
+            pinned.lock(self.fresh)
             copies = self._start()
         finally:
             self.memo.clear()
             self.todo = []
+            self.fresh = []
         if deferred:
             return out, copies
         copies.finish()
@@ -445,16 +449,23 @@ class _Snapshot:
             return torch.nn.Parameter(out, t.requires_grad)
         return out
 
-    def _buffer(self, index: int, nbytes: int, pinned: bool) -> Any:
+    def _buffer(self, index: int, nbytes: int, locked: bool) -> Any:
+        """The host buffer for the ``index``-th storage of the state (page-locked for CUDA)."""
         if index < len(self.buffers):
-            buf, was_pinned = self.buffers[index]
-            if buf.nbytes() == nbytes and was_pinned == pinned:
+            buf, host = self.buffers[index]
+            if buf.nbytes() == nbytes and (host is not None) == locked:
                 return buf
-        buf = self.torch.empty(nbytes, dtype=self.torch.uint8, pin_memory=pinned).untyped_storage()
-        if index < len(self.buffers):
-            self.buffers[index] = (buf, pinned)
+        host = None
+        if locked:
+            host = pinned.HostBuffer(nbytes)
+            self.fresh.append(host)
+            buf = host.storage
         else:
-            self.buffers.append((buf, pinned))
+            buf = self.torch.empty(nbytes, dtype=self.torch.uint8).untyped_storage()
+        if index < len(self.buffers):
+            self.buffers[index] = (buf, host)
+        else:
+            self.buffers.append((buf, host))
         return buf
 
 

@@ -19,7 +19,8 @@ _POLY = 0xEDB88320  # CRC-32, reflected
 
 
 def threads() -> int:
-    """Threads worth giving to checksums here: half the usable CPUs, at most 4 (1: serial)."""
+    """Threads worth giving to checksums (and to touching pages, see :mod:`.pinned`) here: half
+    the usable CPUs, at most 4 (1: serial)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
