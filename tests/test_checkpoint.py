@@ -604,3 +604,24 @@ def test_cuda_large_snapshot_buffers_are_registered_and_released() -> None:
     del big
     gc.collect()
     assert not view.is_pinned()
+
+
+def test_cuda_sync_save_goes_through_a_page_locked_copy(tmp_path: Path, monkeypatch) -> None:
+    """On a GPU (skipped elsewhere): a sync save copies CUDA state into page-locked host
+    memory first, unless that copy would not fit in half the available memory."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from slurmkit.runtime import checkpoint as ck
+
+    taken: list[int] = []
+    take = ck._Snapshot.take
+    monkeypatch.setattr(ck._Snapshot, "take", lambda self, state, deferred=frozenset():
+                        taken.append(1) or take(self, state, deferred))
+    state = {"w": torch.randn(1024, 1024, device="cuda"), "step": 3}
+    with Checkpointer(tmp_path) as ckpt:
+        ckpt.save(state, 1)
+        assert taken == [1] and torch.equal(ckpt.load(1)["w"], state["w"].cpu())
+        monkeypatch.setattr(ck, "_available_memory", lambda: 0)
+        ckpt.save(state, 2)
+        assert taken == [1] and torch.equal(ckpt.load(2)["w"], state["w"].cpu())

@@ -487,6 +487,38 @@ def _skipping(step: int, why: Exception) -> None:
     warnings.warn(f"slurmkit.checkpoint: skipping step {step}: {why}", RuntimeWarning, stacklevel=4)
 
 
+def _cuda_bytes(state: Any) -> int:
+    """Bytes of the CUDA storages in ``state`` (each counted once)."""
+    torch = sys.modules["torch"]
+    seen: dict[_Key, int] = {}
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, torch.Tensor):
+            if obj.is_cuda:
+                seen[_key(obj)] = obj.untyped_storage().nbytes()
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                walk(value)
+
+    walk(state)
+    return sum(seen.values())
+
+
+def _available_memory() -> int:
+    """MemAvailable from /proc/meminfo in bytes (0 where it cannot be read)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _rank() -> int:
     if _distributed():
         return int(sys.modules["torch.distributed"].get_rank())
@@ -576,8 +608,10 @@ class Checkpointer:
     def save(self, state: Any, step: int, *, overlap: Any = None) -> None:
         """Save ``state`` as checkpoint ``step``; a no-op on ranks other than 0.
 
-        Synchronous: returns once the checkpoint is committed. Asynchronous: waits for the
-        previous write, snapshots ``state`` (tensors to host memory) and returns.
+        Synchronous: returns once the checkpoint is committed (CUDA tensors go through a
+        page-locked host copy released afterwards, when it fits in half the available memory).
+        Asynchronous: waits for the previous write, snapshots ``state`` (tensors to host
+        memory) and returns.
 
         ``overlap`` (asynchronous saves of torch state): the optimizer, or a list of them, whose
         ``step()`` alone changes the state's parameters and optimizer state in place. Those
@@ -592,6 +626,10 @@ class Checkpointer:
             return
         how = "torch" if "torch" in sys.modules else "pickle"
         if not self.async_save:
+            if how == "torch" and 0 < _cuda_bytes(state) <= _available_memory() // 2:
+                # torch.save would copy each CUDA storage through pageable memory; a page-locked
+                # copy of the whole state, released after the write, is about twice as fast
+                state = _Snapshot().take(state)[0]
             self._write(state, step, how)
             return
         copies = None
