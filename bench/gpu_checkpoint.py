@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurmkit.runtime import checkpoint, pinned  # noqa: E402
+from slurmkit.runtime import memory, pinned  # noqa: E402
 from slurmkit.runtime.checkpoint import Checkpointer  # noqa: E402
 
 
@@ -174,9 +174,9 @@ def main() -> None:
             with Checkpointer(os.path.join(work, "slurmkit-sync"), keep=1) as ckpt:
                 row("slurmkit sync", timed(slurmkit_save, ckpt, state(), 1))
                 # as when the page-locked copy does not fit: torch.save copies each storage
-                available, checkpoint._available_memory = checkpoint._available_memory, lambda: 0
+                available, memory.available = memory.available, lambda: 0
                 row("slurmkit sync through torch.save's copies", timed(slurmkit_save, ckpt, state(), 2))
-                checkpoint._available_memory = available
+                memory.available = available
             shutil.rmtree(os.path.join(work, "slurmkit-sync"))
         if "dcp" not in skip:
             import torch.distributed as dist

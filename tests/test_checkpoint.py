@@ -622,6 +622,6 @@ def test_cuda_sync_save_goes_through_a_page_locked_copy(tmp_path: Path, monkeypa
     with Checkpointer(tmp_path) as ckpt:
         ckpt.save(state, 1)
         assert taken == [1] and torch.equal(ckpt.load(1)["w"], state["w"].cpu())
-        monkeypatch.setattr(ck, "_available_memory", lambda: 0)
+        monkeypatch.setattr(ck.memory, "available", lambda: 0)
         ckpt.save(state, 2)
         assert taken == [1] and torch.equal(ckpt.load(2)["w"], state["w"].cpu())
