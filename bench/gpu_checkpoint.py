@@ -152,10 +152,13 @@ def main() -> None:
         # the same first save with every buffer from torch's pin_memory (cudaHostAlloc), as
         # slurmkit did before it registered its large buffers itself
         pinned.REGISTER_FROM, register_from = 1 << 62, pinned.REGISTER_FROM
-        with Checkpointer(os.path.join(work, "slurmkit-async-hostalloc"), async_save=True) as ckpt:
-            row("slurmkit async (first; buffers from torch pin_memory)",
-                timed(slurmkit_save, ckpt, state(), 0))
-        pinned.REGISTER_FROM = register_from
+        try:
+            with Checkpointer(os.path.join(work, "slurmkit-async-hostalloc"),
+                              async_save=True) as ckpt:
+                row("slurmkit async (first; buffers from torch pin_memory)",
+                    timed(slurmkit_save, ckpt, state(), 0))
+        finally:
+            pinned.REGISTER_FROM = register_from
         shutil.rmtree(os.path.join(work, "slurmkit-async-hostalloc"))
         torch._C._host_emptyCache()  # give the cached pinned memory back
         with Checkpointer(os.path.join(work, "slurmkit-async"), keep=args.rounds + 3,
@@ -175,8 +178,11 @@ def main() -> None:
                 row("slurmkit sync", timed(slurmkit_save, ckpt, state(), 1))
                 # as when the page-locked copy does not fit: torch.save copies each storage
                 available, memory.available = memory.available, lambda: 0
-                row("slurmkit sync through torch.save's copies", timed(slurmkit_save, ckpt, state(), 2))
-                memory.available = available
+                try:
+                    row("slurmkit sync through torch.save's copies",
+                        timed(slurmkit_save, ckpt, state(), 2))
+                finally:
+                    memory.available = available
             shutil.rmtree(os.path.join(work, "slurmkit-sync"))
         if "dcp" not in skip:
             import torch.distributed as dist

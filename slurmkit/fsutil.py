@@ -4,35 +4,31 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
-def temp_name(directory: str, prefix: str) -> str:
-    """A path in ``directory`` that no one else picks (random, unlike a pid on a shared FS)."""
-    return os.path.join(directory, f"{prefix}{os.urandom(8).hex()}")
+def _unique(directory: str, prefix: str, create: Callable[[str], T]) -> tuple[str, T]:
+    """``create(path)`` at a fresh path in ``directory``: random, since on a shared filesystem
+    a pid is not unique (what ``tempfile`` does, without its imports)."""
+    while True:
+        path = os.path.join(directory, f"{prefix}{os.urandom(8).hex()}")
+        try:
+            return path, create(path)
+        except FileExistsError:
+            continue
 
 
 def make_temp_dir(directory: str, prefix: str) -> str:
-    """A new empty directory (``tempfile.mkdtemp`` without importing tempfile)."""
-    while True:
-        path = temp_name(directory, prefix)
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:
-            continue
+    """A new empty directory, like ``tempfile.mkdtemp``."""
+    return _unique(directory, prefix, lambda path: os.mkdir(path, 0o700))[0]
 
 
 def atomic_write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a mix."""
-    directory = os.path.dirname(path) or "."
-    while True:
-        tmp = temp_name(directory, ".tmp-")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            break
-        except FileExistsError:
-            continue
+    tmp, fd = _unique(os.path.dirname(path) or ".", ".tmp-",
+                      lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -46,7 +46,8 @@ class Trials(Sequence[Trial]):
     """All trials of a sweep, held column by column.
 
     ``ids`` and ``rows`` (the manifest lines) are built at once; a :class:`Trial` and its
-    ``params`` dict only when asked for, since submitting 10,000 trials needs neither.
+    ``params`` dict only when asked for (a new one each time), since submitting 10,000 trials
+    needs neither.
     """
 
     __slots__ = ("keys", "ids", "rows", "_values")
@@ -57,6 +58,11 @@ class Trials(Sequence[Trial]):
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Trials):
+            return self.rows == other.rows  # a row holds the index, id and parameters
+        return isinstance(other, Sequence) and list(self) == list(other)
 
     @overload
     def __getitem__(self, index: int) -> Trial: ...

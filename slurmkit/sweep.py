@@ -66,6 +66,7 @@ class _TargetQuery:
         self.name = name
         self.target: Target | None = None
         self.command: slurm.Command | None = None
+        self.error: SchedulerError | None = None  # raised by result(), after the spec's errors
         if name == "local":
             self.target = Target("local")
         elif name == "auto" and not slurm.available():
@@ -74,12 +75,14 @@ class _TargetQuery:
             try:
                 self.command = slurm.start_config(timeout=10 if name == "auto" else 30)
             except SchedulerError as exc:
-                self.target = self._fallback(exc)
+                self.error = exc
 
     def result(self) -> Target:
         if self.target is None:
-            assert self.command is not None
             try:
+                if self.error is not None:
+                    raise self.error
+                assert self.command is not None
                 self.target = Target("slurm", slurm.max_array_size(slurm.read_config(self.command)))
             except SchedulerError as exc:
                 self.target = self._fallback(exc)

@@ -572,7 +572,8 @@ def test_unregistrable_snapshot_buffer_warns_and_stays_usable(monkeypatch) -> No
     torch = pytest.importorskip("torch")
     from slurmkit.runtime import pinned
 
-    monkeypatch.setattr(pinned.HostBuffer, "_register", lambda self: 201)
+    monkeypatch.setattr(pinned.HostBuffer, "_register", lambda self, device: 201)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     buffers = [pinned.HostBuffer(pinned.REGISTER_FROM + 4096) for _ in range(2)]
     assert not any(b.locked for b in buffers)
     with pytest.warns(RuntimeWarning, match=r"CUDA error 201\) for 2 snapshot buffer"):
@@ -618,10 +619,35 @@ def test_cuda_sync_save_goes_through_a_page_locked_copy(tmp_path: Path, monkeypa
     take = ck._Snapshot.take
     monkeypatch.setattr(ck._Snapshot, "take", lambda self, state, deferred=frozenset():
                         taken.append(1) or take(self, state, deferred))
-    state = {"w": torch.randn(1024, 1024, device="cuda"), "step": 3}
+    state = {"w": torch.randn(2048, 2048, device="cuda"),  # 16 MiB: a registered buffer
+             "b": torch.randn(8, device="cuda"), "step": 3}
+    cached = torch.cuda.host_memory_stats().get("allocated_bytes.current", 0)
     with Checkpointer(tmp_path) as ckpt:
         ckpt.save(state, 1)
-        assert taken == [1] and torch.equal(ckpt.load(1)["w"], state["w"].cpu())
+        # nothing stays page-locked: small buffers were pageable, not from torch's pinned cache
+        assert torch.cuda.host_memory_stats().get("allocated_bytes.current", 0) == cached
+        saved = ckpt.load(1)
+        assert taken == [1] and saved["step"] == 3
+        assert all(torch.equal(saved[k], state[k].cpu()) for k in ("w", "b"))
         monkeypatch.setattr(ck.memory, "available", lambda: 0)
         ckpt.save(state, 2)
         assert taken == [1] and torch.equal(ckpt.load(2)["w"], state["w"].cpu())
+
+
+def test_sync_save_of_state_a_snapshot_would_deep_copy(tmp_path: Path) -> None:
+    """Sparse tensors, modules and other objects go to torch.save as they are (a snapshot would
+    fail on some or deep-copy them); plain trees are counted, shared storages once."""
+    torch = pytest.importorskip("torch")
+    from slurmkit.runtime.checkpoint import _plain_tensor_bytes
+
+    w = torch.ones(4, 4)
+    assert _plain_tensor_bytes({"a": w, "b": [w[1:], torch.ones(2, dtype=torch.float64)],
+                                "n": (1, "x", None)}) == (64 + 16, 0)
+    assert _plain_tensor_bytes({"emb": w.to_sparse()}) is None
+    assert _plain_tensor_bytes({"m": torch.nn.Linear(2, 2)}) is None
+    state = {"emb": w.to_sparse(), "m": torch.nn.Linear(2, 2), "w": w}
+    with Checkpointer(tmp_path) as ckpt:
+        ckpt.save(state, 1)
+        saved = ckpt.load(1)
+    assert torch.equal(saved["emb"].to_dense(), w) and torch.equal(saved["w"], w)
+    assert torch.equal(saved["m"].weight, state["m"].weight)

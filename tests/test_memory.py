@@ -20,9 +20,10 @@ def _tree(tmp_path: Path, cgroup_line: str, files: dict[str, str], available_kib
     return str(proc), str(cgroups)
 
 
-def test_v2_the_tightest_ancestor_limit_wins(tmp_path):
+def test_v2_the_tightest_ancestor_limit_wins_counting_inactive_cache_as_free(tmp_path):
     proc, cgroups = _tree(tmp_path, "0::/slurm/job_7/step_batch", {
-        "slurm/job_7/memory.max": str(10 * GiB), "slurm/job_7/memory.current": str(4 * GiB),
+        "slurm/job_7/memory.max": str(10 * GiB), "slurm/job_7/memory.current": str(5 * GiB),
+        "slurm/job_7/memory.stat": f"anon {3 * GiB}\ninactive_file {GiB}\nactive_file 7\n",
         "slurm/job_7/step_batch/memory.max": "max",
         "slurm/job_7/step_batch/memory.current": str(3 * GiB),
         "slurm/memory.max": str(100 * GiB), "slurm/memory.current": str(50 * GiB),
@@ -44,4 +45,4 @@ def test_no_limits_gives_memavailable_and_nothing_readable_gives_zero(tmp_path):
     proc, cgroups = _tree(tmp_path, "0::/", {}, available_kib=2 * 1024 * 1024)
     assert memory.available(proc, cgroups) == 2 * GiB
     assert memory.available(str(tmp_path / "none"), str(tmp_path / "none")) == 0
-    assert memory.available() > 0  # this machine
+    assert memory.available() > 0  # this (Linux) machine: /proc/meminfo at least

@@ -114,6 +114,14 @@ def test_expand_is_the_plain_definition():
         assert [t.index for t in trials[-2:]] == list(range(len(trials)))[-2:]
 
 
+def test_trials_compare_like_lists(spec_file):
+    a = plan.expand(_load(spec_file, "command: x\nparams: {a: [1, 2], b: 'range(0,3)'}\n"))
+    again = plan.expand(_load(spec_file, "command: x\nparams: {a: [1, 2], b: 'range(0,3)'}\n"))
+    other = plan.expand(_load(spec_file, "command: x\nparams: {a: [1, 3], b: 'range(0,3)'}\n"))
+    assert a == again and a == list(again) and list(a) == again
+    assert a != other and a != list(other) and a != a[:-1]
+
+
 def test_duplicate_points_are_rejected(spec_file):
     with pytest.raises(SpecError, match="same parameters"):
         plan.expand(_load(spec_file, "command: x\nparams: {a: [1, 1]}\n"))

@@ -125,6 +125,18 @@ def test_cli_bad_input_exit_2_no_traceback_nothing_left(tmp_path, spec_file, bod
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_spec_errors_come_before_scheduler_errors(tmp_path, spec_file):
+    """The controller is asked while trials expand, but a bad spec is still what the user
+    hears about first (exit 2), not an unreachable cluster (exit 1)."""
+    path = spec_file("command: x\nparams: {a: [1, 1]}\n")
+    env = {"SLURM_CONF": str(tmp_path / "missing.conf")}
+    proc = run_cli("sweep", str(path), f"output_root={tmp_path}", "--backend", "slurm", env=env)
+    assert proc.returncode == 2 and "same parameters" in proc.stderr, proc.stderr
+    ok = spec_file("command: x\nparams: {a: [1, 2]}\n")
+    proc = run_cli("sweep", str(ok), f"output_root={tmp_path}", "--backend", "slurm", env=env)
+    assert proc.returncode == 1 and "missing.conf does not exist" in proc.stderr, proc.stderr
+
+
 def test_cli_missing_file_and_usage(tmp_path):
     proc = run_cli("sweep", str(tmp_path / "nope.yaml"))
     assert proc.returncode == 2 and "no such file" in proc.stderr

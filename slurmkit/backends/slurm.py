@@ -66,13 +66,9 @@ def _run(argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProces
     return Command(argv, timeout).wait()
 
 
-def config(timeout: float = 30) -> dict[str, str]:
-    """``scontrol show config`` as a dict; SchedulerError when no controller answers."""
-    return read_config(start_config(timeout))
-
-
 def start_config(timeout: float = 30) -> Command:
-    """Start ``scontrol show config``; :func:`read_config` waits for it and parses it."""
+    """Start ``scontrol show config``; :func:`read_config` waits for it and parses it into a
+    dict (SchedulerError when no controller answers)."""
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.exists(conf):  # scontrol would retry for a minute
         raise SchedulerError(f"SLURM_CONF={conf} does not exist")

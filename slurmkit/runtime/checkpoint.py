@@ -354,10 +354,11 @@ class _Snapshot:
     step changes) are copied after :meth:`take` returns: see :class:`_Copies`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, small_pinned: bool = True) -> None:
         import torch
 
         self.torch = torch
+        self.small_pinned = small_pinned  # False: small CUDA tensors go into pageable memory
         # (storage, its pinned.HostBuffer or None when pageable) by order of first use
         self.buffers: list[tuple[Any, pinned.HostBuffer | None]] = []
         self.fresh: list[pinned.HostBuffer] = []  # pinned buffers made by this save
@@ -376,6 +377,9 @@ class _Snapshot:
             del self.buffers[len(self.memo):]  # the state shrank: drop what it no longer uses
             pinned.lock(self.fresh)
             copies = self._start()
+        except BaseException:
+            self.drain()
+            raise
         finally:
             self.memo.clear()
             self.todo = []
@@ -384,6 +388,11 @@ class _Snapshot:
             return out, copies
         copies.finish()
         return out, None
+
+    def drain(self) -> None:
+        """Wait for the copies queued on the side streams (before buffers may be dropped)."""
+        for side in self.streams.values():
+            side.synchronize()
 
     def _start(self) -> _Copies:
         torch = self.torch
@@ -449,8 +458,9 @@ class _Snapshot:
             return torch.nn.Parameter(out, t.requires_grad)
         return out
 
-    def _buffer(self, index: int, nbytes: int, locked: bool) -> Any:
+    def _buffer(self, index: int, nbytes: int, cuda: bool) -> Any:
         """The host buffer for the ``index``-th storage of the state (page-locked for CUDA)."""
+        locked = cuda and (self.small_pinned or nbytes >= pinned.REGISTER_FROM)
         if index < len(self.buffers):
             buf, host = self.buffers[index]
             if buf.nbytes() == nbytes and (host is not None) == locked:
@@ -487,22 +497,28 @@ def _skipping(step: int, why: Exception) -> None:
     warnings.warn(f"slurmkit.checkpoint: skipping step {step}: {why}", RuntimeWarning, stacklevel=4)
 
 
-def _tensor_bytes(state: Any) -> tuple[int, int]:
-    """Bytes of the tensor storages in ``state`` (each counted once): all, and on CUDA."""
+def _plain_tensor_bytes(state: Any) -> tuple[int, int] | None:
+    """Bytes of the tensor storages in ``state`` (each counted once): all, and on CUDA; None
+    unless ``state`` is dicts, lists and tuples of dense tensors and plain values, all that a
+    snapshot copies without a deep copy."""
     torch = sys.modules["torch"]
     seen: dict[_Key, int] = {}
 
-    def walk(obj: Any) -> None:
+    def plain(obj: Any) -> bool:
         if isinstance(obj, torch.Tensor):
+            if (type(obj) not in (torch.Tensor, torch.nn.Parameter) or obj.layout != torch.strided
+                    or obj.is_quantized or obj.device.type == "meta"):
+                return False
             seen[_key(obj)] = obj.untyped_storage().nbytes()
-        elif isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (list, tuple)):
-            for value in obj:
-                walk(value)
+            return True
+        if isinstance(obj, dict):
+            return all(plain(v) for v in obj.values())
+        if isinstance(obj, (list, tuple)):
+            return all(plain(v) for v in obj)
+        return obj is None or isinstance(obj, (bool, int, float, complex, str, bytes))
 
-    walk(state)
+    if not plain(state):
+        return None
     return sum(seen.values()), sum(n for (_, device), n in seen.items() if device.startswith("cuda"))
 
 
@@ -614,13 +630,7 @@ class Checkpointer:
             return
         how = "torch" if "torch" in sys.modules else "pickle"
         if not self.async_save:
-            if how == "torch":
-                total, on_gpu = _tensor_bytes(state)
-                if on_gpu and total <= memory.available() // 2:
-                    # torch.save would copy each CUDA storage through pageable memory; a
-                    # page-locked copy of the state, released after the write, is ~1.7x faster
-                    state = _Snapshot().take(state)[0]
-            self._write(state, step, how)
+            self._write(self._staged(state) if how == "torch" else state, step, how)
             return
         copies = None
         if how == "torch":
@@ -635,6 +645,20 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._background, args=(snap, step, how, copies),
                                         name=f"slurmkit-checkpoint-{step}")
         self._thread.start()
+
+    @staticmethod
+    def _staged(state: Any) -> Any:
+        """What a sync save writes: for CUDA state, a copy in host memory, page-locked where
+        large and released after the write (``torch.save`` would copy each storage through
+        pageable memory, ~1.7x slower), when it fits in half of what this process may still
+        take; otherwise ``state`` itself."""
+        sizes = _plain_tensor_bytes(state)
+        if sizes is None or not sizes[1] or sizes[0] > memory.available() // 2:
+            return state
+        try:
+            return _Snapshot(small_pinned=False).take(state)[0]
+        except (RuntimeError, MemoryError):  # out of host or lockable memory: torch.save's way
+            return state
 
     def _background(self, snap: Any, step: int, how: str, copies: _Copies | None) -> None:
         try:
@@ -678,6 +702,8 @@ class Checkpointer:
                     pool.shutdown()
             self._pool = self._crcs = None
             self._pruning = None
+            if self._snapshot is not None:
+                self._snapshot.drain()
             self._snapshot = None
             _open.discard(self)
 

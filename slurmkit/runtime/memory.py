@@ -16,7 +16,8 @@ def available(proc: str = "/proc", cgroups: str = "/sys/fs/cgroup") -> int:
         limit = _number(os.path.join(directory, limit_file))
         usage = _number(os.path.join(directory, usage_file))
         if limit is not None and usage is not None and limit < _UNLIMITED:
-            room.append(limit - usage)
+            # the usage counts page cache; its inactive part is reclaimed before an OOM kill
+            room.append(limit - usage + _inactive_file(os.path.join(directory, "memory.stat")))
     known = [r for r in room if r is not None]
     return max(0, min(known)) if known else 0
 
@@ -42,6 +43,17 @@ def _memory_cgroups(proc: str, cgroups: str) -> list[tuple[str, str, str]]:
         for depth in range(len(parts), -1, -1):
             out.append((os.path.join(base, *parts[:depth]), *files))
     return out
+
+
+def _inactive_file(path: str) -> int:
+    """Inactive page cache in a cgroup's memory.stat (v2 ``inactive_file``, v1
+    ``total_inactive_file``, which counts its descendants too), 0 when unknown."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            stats = dict(line.split() for line in fh if line.count(" ") == 1)
+        return int(stats.get("total_inactive_file", stats.get("inactive_file", 0)))
+    except (OSError, ValueError):
+        return 0
 
 
 def _meminfo(path: str) -> int | None:

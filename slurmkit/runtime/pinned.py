@@ -4,7 +4,9 @@ torch's ``pin_memory=True`` (``cudaHostAlloc``) locked 12 GiB in 4.8 s on an H20
 per process: the first asynchronous save of a large model stalled that long. Ordinary memory
 whose pages several threads touch first, then registered with ``cudaHostRegister``, was locked
 in 0.7 s, and copies into it run as fast (bench/RESULTS.md). Small buffers still come from
-torch's pinned allocator, which caches them.
+torch's pinned allocator, which caches them. (torch can do the same for every pinned
+allocation, ``PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True``, but only as a
+process-wide setting made before CUDA starts; this leaves the process's allocator alone.)
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+
 from . import crc
 
 REGISTER_FROM = 16 << 20  # bytes; smaller buffers come from torch's pinned allocator
 _CHUNK = 64 << 20  # pages touched per task
+_PORTABLE = 1  # cudaHostRegisterPortable: page-locked for every device's context
 
 
 class HostBuffer:
@@ -31,12 +35,13 @@ class HostBuffer:
         self.tensor = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.locked)
         self.storage = self.tensor.untyped_storage()
 
-    def _register(self) -> int:
+    def _register(self, device: int) -> int:
         import torch
 
+        torch.cuda.set_device(device)  # a new thread's device is 0: do not make a context there
         cudart = torch.cuda.cudart()
         ptr = self.tensor.data_ptr()
-        error = int(cudart.cudaHostRegister(ptr, self.nbytes, 0))
+        error = int(cudart.cudaHostRegister(ptr, self.nbytes, _PORTABLE))
         if error == 0:
             self.locked = True
             done = weakref.finalize(self, cudart.cudaHostUnregister, ptr)
@@ -51,10 +56,13 @@ def lock(buffers: list[HostBuffer]) -> None:
     todo = [b for b in buffers if not b.locked]
     if not todo:
         return
+    import torch
+
+    device = torch.cuda.current_device()
     pieces = [(b.tensor, start) for b in todo for start in range(0, b.nbytes, _CHUNK)]
     with ThreadPoolExecutor(crc.threads(), thread_name_prefix="slurmkit-pin") as pool:
         list(pool.map(lambda p: p[0][p[1]:p[1] + _CHUNK].zero_(), pieces))
-        errors = list(pool.map(HostBuffer._register, todo))
+        errors = list(pool.map(lambda b: b._register(device), todo))
     failed = [e for e in errors if e]
     if failed:
         warnings.warn(f"cudaHostRegister failed (CUDA error {failed[0]}) for {len(failed)} "
