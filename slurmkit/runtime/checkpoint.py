@@ -297,6 +297,14 @@ def _key(t: Any) -> _Key:
     return (t.untyped_storage().data_ptr(), str(t.device))
 
 
+def _dense(t: Any) -> bool:
+    """A plain strided tensor with real memory: what a snapshot copies into its buffers (other
+    tensors, e.g. sparse or subclasses, go through ``.to("cpu")``)."""
+    torch = sys.modules["torch"]
+    return (type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
+            and not t.is_quantized and t.device.type != "meta")
+
+
 def _owned_by(optimizers: Any) -> frozenset[_Key]:
     """The storages an optimizer's ``step()`` changes: its parameters and its state's tensors."""
     import torch
@@ -348,9 +356,9 @@ class _Copies:
 class _Snapshot:
     """Copies a state's tensors into host buffers reused from one save to the next.
 
-    CUDA tensors go into page-locked buffers (:mod:`.pinned`), copied on a side stream that first waits for the work
-    already queued. Tensors sharing a storage still share one afterwards; containers are
-    rebuilt, other objects deep-copied. Storages in ``deferred`` (those only an optimizer's
+    CUDA tensors go into page-locked buffers (:mod:`.pinned`), copied on a side stream that
+    first waits for the work already queued. Tensors sharing a storage still share one
+    afterwards; containers are rebuilt, other objects deep-copied. Storages in ``deferred`` (those only an optimizer's
     step changes) are copied after :meth:`take` returns: see :class:`_Copies`.
     """
 
@@ -443,8 +451,7 @@ class _Snapshot:
 
     def _tensor(self, t: Any) -> Any:
         torch = self.torch
-        if (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided
-                or t.is_quantized or t.device.type == "meta"):
+        if not _dense(t):
             return t.detach().to("cpu", copy=True)
         storage = t.untyped_storage()
         key = _key(t)
@@ -506,8 +513,7 @@ def _plain_tensor_bytes(state: Any) -> tuple[int, int] | None:
 
     def plain(obj: Any) -> bool:
         if isinstance(obj, torch.Tensor):
-            if (type(obj) not in (torch.Tensor, torch.nn.Parameter) or obj.layout != torch.strided
-                    or obj.is_quantized or obj.device.type == "meta"):
+            if not _dense(obj):
                 return False
             seen[_key(obj)] = obj.untyped_storage().nbytes()
             return True
