@@ -32,7 +32,7 @@ __all__ = [
     "Distribution",
     "Override",
     "OverrideError",
-    "Sweep",
+    "Choice",
     "format_value",
     "parse_override",
     "parse_value",
@@ -53,7 +53,7 @@ class OverrideError(ValueError):
 
 
 @dataclass(frozen=True)
-class Sweep:
+class Choice:
     """A discrete sweep (``a,b,c``, ``choice(...)``, ``range(...)``), in Hydra's order."""
 
     values: tuple[Any, ...]
@@ -92,30 +92,30 @@ class _Quoted:
 
 
 @dataclass(frozen=True)
-class _Choice:
+class _ChoiceSweep:
     """A choice sweep, like Hydra's ChoiceSweep (a docstring spares dataclass an inspect call)."""
 
     items: tuple[Any, ...]
     simple: bool  # the `a,b` form (or a cast/sort of several arguments)
 
 
-class _Range(NamedTuple):
+class _RangeSweep(NamedTuple):
     start: int | float
     stop: int | float
     step: int | float
     values: tuple[int | float, ...]
 
 
-_SWEEPS = (_Choice, _Range, Distribution)
+_SWEEPS = (_ChoiceSweep, _RangeSweep, Distribution)
 
 
-def _new_choice(items: tuple[Any, ...], simple: bool) -> _Choice:
+def _new_choice(items: tuple[Any, ...], simple: bool) -> _ChoiceSweep:
     if any(isinstance(item, _SWEEPS) for item in items):
         raise ValueError("sweeps cannot be nested")
-    return _Choice(items, simple)
+    return _ChoiceSweep(items, simple)
 
 
-def _new_range(start: int | float, stop: int | float, step: int | float) -> _Range:
+def _new_range(start: int | float, stop: int | float, step: int | float) -> _RangeSweep:
     """Expand a range exactly as Hydra 1.3 does (Python range, or Decimal steps)."""
     if step == 0:
         raise ValueError("step must not be zero")
@@ -123,7 +123,7 @@ def _new_range(start: int | float, stop: int | float, step: int | float) -> _Ran
         ints = range(start, stop, step)  # type: ignore[arg-type]
         if len(ints) > MAX_SWEEP_SIZE:
             raise ValueError(f"more than {MAX_SWEEP_SIZE} values")
-        return _Range(start, stop, step, tuple(ints))
+        return _RangeSweep(start, stop, step, tuple(ints))
     if not all(math.isfinite(v) for v in (start, stop, step)):
         raise ValueError("arguments must be finite")
     import decimal
@@ -137,7 +137,7 @@ def _new_range(start: int | float, stop: int | float, step: int | float) -> _Ran
     while current < end if increment > 0 else current > end:
         values.append(float(current))
         current = context.add(current, increment)
-    return _Range(start, stop, step, tuple(values))
+    return _RangeSweep(start, stop, step, tuple(values))
 
 
 # --------------------------------------------------------------------------- #
@@ -147,19 +147,19 @@ def _new_range(start: int | float, stop: int | float, step: int | float) -> _Ran
 _ELEMENT = (str, int, float, bool, list, dict)
 
 
-def _choice(*args: Any) -> _Choice:
+def _choice(*args: Any) -> _ChoiceSweep:
     if not args:
         raise ValueError("empty choice is not legal")
-    if len(args) == 1 and isinstance(args[0], _Choice):
+    if len(args) == 1 and isinstance(args[0], _ChoiceSweep):
         if not args[0].simple:
             raise ValueError("nesting choices is not supported")
-        return _Choice(args[0].items, simple=False)
+        return _ChoiceSweep(args[0].items, simple=False)
     return _new_choice(args, simple=False)
 
 
 def _range(
     start: int | float, stop: int | float | None = None, step: int | float = 1
-) -> _Range:
+) -> _RangeSweep:
     if stop is None:
         start, stop = 0, start
     return _new_range(start, stop, step)
@@ -173,7 +173,7 @@ def _sort(
     if sweep is not None:
         return _sort_sweep(sweep, reverse)
     if len(args) == 1:
-        if isinstance(args[0], (_Choice, _Range)):
+        if isinstance(args[0], (_ChoiceSweep, _RangeSweep)):
             return _sort_sweep(args[0], reverse)
         if isinstance(args[0], builtins.list):
             return sorted(args[0], reverse=reverse)
@@ -182,12 +182,12 @@ def _sort(
         raise TypeError("several arguments must all be numbers, booleans or strings")
     if not args:
         raise ValueError("empty sort input")
-    return _sort_sweep(_Choice(args, simple=True), reverse)
+    return _sort_sweep(_ChoiceSweep(args, simple=True), reverse)
 
 
-def _sort_sweep(sweep: _Choice | _Range, reverse: bool) -> _Choice | _Range:
-    if isinstance(sweep, _Choice):
-        return _Choice(tuple(sorted(sweep.items, reverse=reverse)), sweep.simple)
+def _sort_sweep(sweep: _ChoiceSweep | _RangeSweep, reverse: bool) -> _ChoiceSweep | _RangeSweep:
+    if isinstance(sweep, _ChoiceSweep):
+        return _ChoiceSweep(tuple(sorted(sweep.items, reverse=reverse)), sweep.simple)
     start, stop, step = sweep.start, sweep.stop, sweep.step
     # Hydra 1.3 flips a range this way, which is only right when the span is a
     # multiple of the step; refuse rather than silently differ from Hydra.
@@ -214,9 +214,9 @@ def _cast_function(name: str, leaf: Callable[[Any], Any]) -> Callable[..., Any]:
             return {key: cast(item) for key, item in value.items()}
         if isinstance(value, list):
             return [cast(item) for item in value]
-        if isinstance(value, _Choice):
+        if isinstance(value, _ChoiceSweep):
             return _new_choice(tuple(cast(item) for item in value.items), value.simple)
-        if isinstance(value, _Range):
+        if isinstance(value, _RangeSweep):
             if name not in ("int", "float"):
                 raise ValueError("Range can only be cast to int or float")
             return _new_range(cast(value.start), cast(value.stop), cast(value.step))
@@ -269,7 +269,7 @@ def _distribution_function(name: str) -> Callable[..., Distribution]:
 _NONE = type(None)
 # name -> (function, allowed types per parameter, as Hydra's annotations check them)
 _FUNCTIONS: dict[str, tuple[Callable[..., Any], dict[str, tuple[type, ...]]]] = {
-    "choice": (_choice, {"args": (*_ELEMENT, _Choice)}),
+    "choice": (_choice, {"args": (*_ELEMENT, _ChoiceSweep)}),
     "range": (
         _range,
         {"start": (int, float), "stop": (int, float, _NONE), "step": (int, float)},
@@ -277,8 +277,8 @@ _FUNCTIONS: dict[str, tuple[Callable[..., Any], dict[str, tuple[type, ...]]]] = 
     "sort": (
         _sort,
         {
-            "args": (*_ELEMENT, _Choice, _Range),
-            "sweep": (_Choice, _Range, _NONE),
+            "args": (*_ELEMENT, _ChoiceSweep, _RangeSweep),
+            "sweep": (_ChoiceSweep, _RangeSweep, _NONE),
             "list": (list, _NONE),
             "reverse": (bool,),
         },
@@ -293,9 +293,9 @@ _UNSUPPORTED = ("glob", "interval", "shuffle", "tag")
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, _Choice):
+    if isinstance(value, _ChoiceSweep):
         return "a choice sweep"
-    if isinstance(value, _Range):
+    if isinstance(value, _RangeSweep):
         return "a range sweep"
     if isinstance(value, Distribution):
         return f"a {value.name}() distribution"
@@ -470,7 +470,7 @@ class _Parser:
             return items[0]
         if isinstance(items[0], _SWEEPS):
             raise self.error(_NESTED, self.tokens[0])
-        return _Choice(tuple(items), simple=True)
+        return _ChoiceSweep(tuple(items), simple=True)
 
     def unnested_element(self) -> Any:
         token = self.peek()
@@ -582,10 +582,10 @@ def _plain(value: Any) -> Any:
 
 
 def _public(value: Any) -> Any:
-    if isinstance(value, _Choice):
-        return Sweep(tuple(_plain(item) for item in value.items))
-    if isinstance(value, _Range):
-        return Sweep(value.values)
+    if isinstance(value, _ChoiceSweep):
+        return Choice(tuple(_plain(item) for item in value.items))
+    if isinstance(value, _RangeSweep):
+        return Choice(value.values)
     return _plain(value)
 
 
@@ -593,7 +593,7 @@ def parse_value(text: str) -> Any:
     """Parse the value part of an override (what follows ``key=``), as Hydra 1.3 would.
 
     Returns a Python value (str, int, float, bool, None, list, dict), a
-    :class:`Sweep` or a :class:`Distribution`.
+    :class:`Choice` or a :class:`Distribution`.
     """
     return _public(_parse(text, 0))
 
@@ -677,7 +677,7 @@ def format_value(value: Any) -> str:
     """Render ``value`` in override syntax so that ``parse_value(format_value(v)) == v``.
 
     Accepts None, bool, int, float, str, lists and dicts of those, and
-    :class:`Sweep` and :class:`Distribution`. Strings are quoted only when needed.
+    :class:`Choice` and :class:`Distribution`. Strings are quoted only when needed.
     """
     if value is None:
         return "null"
@@ -696,7 +696,7 @@ def format_value(value: Any) -> str:
         return "{" + ", ".join(items) + "}"
     if isinstance(value, Distribution):
         return f"{value.name}({format_value(value.low)}, {format_value(value.high)})"
-    if isinstance(value, Sweep):
+    if isinstance(value, Choice):
         if len(value.values) > 1:
             return ", ".join(format_value(item) for item in value.values)
         if not value.values:

@@ -18,9 +18,9 @@ except ImportError:
     except ImportError:
         from hashlib import sha256  # type: ignore[assignment]
 
-from . import arrays
+from .core import arrays
 from .errors import SpecError
-from .overrides import Distribution, Sweep
+from .overrides import Distribution, Choice
 from .spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def expand(spec: SweepSpec) -> Trials:
     both texts are joined from pieces encoded once per grid value.
     """
     keys = list(spec.params)
-    grid = math.prod(len(d.values) for d in spec.params.values() if isinstance(d, Sweep))
+    grid = math.prod(len(d.values) for d in spec.params.values() if isinstance(d, Choice))
     total = spec.num_samples * grid
     rand_keys = [k for k in keys if isinstance(spec.params[k], Distribution)]
     draws: list[int | float] = []
@@ -113,7 +113,7 @@ def expand(spec: SweepSpec) -> Trials:
     run = grid  # how many trials in a row share a value of the current grid key
     for k in keys:
         domain = spec.params[k]
-        if isinstance(domain, Sweep):
+        if isinstance(domain, Choice):
             run //= len(domain.values)
             times = total // (len(domain.values) * run)
             columns[k] = tuple(_tile(col, run, times) for col in _column(k, domain.values))

@@ -7,7 +7,7 @@ import shlex
 
 from . import __version__
 from .plan import Chunk
-from .runtime.contract import REQUEUE_EXIT
+from .core.contract import REQUEUE_EXIT
 from .spec import SweepSpec
 
 PLAIN_PYTHON = "python3"

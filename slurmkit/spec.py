@@ -14,9 +14,9 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import slurmtime
+from .core import slurmtime
 from .errors import SpecError
-from .overrides import (Distribution, Override, OverrideError, Sweep, format_value, parse_override,
+from .overrides import (Distribution, Override, OverrideError, Choice, format_value, parse_override,
                         parse_value)
 
 ARG_STYLES = ("hydra", "argparse", "none")
@@ -43,7 +43,7 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Options slurmkit renders itself: setting them through `extra` would break the sweep.
 _RESERVED = {"array", "output", "error", "open-mode", "job-name", "parsable", "wrap", "chdir"}
 
-Domain = Any  # a fixed value, a Sweep, or a Distribution
+Domain = Any  # a fixed value, a Choice, or a Distribution
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def _written(domain: Domain) -> Any:
     """A YAML form that parses back to ``domain`` (for parameters set from Python)."""
     if isinstance(domain, Distribution):
         return f"{domain.name}({format_value(domain.low)}, {format_value(domain.high)})"
-    return list(domain.values) if isinstance(domain, Sweep) else [domain]
+    return list(domain.values) if isinstance(domain, Choice) else [domain]
 
 
 def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> SweepSpec:
@@ -260,7 +260,7 @@ def _settings(parsed: list[Override]) -> Iterator[Override]:
     for ov in parsed:
         if ov.key.split(".")[0] == "params":
             continue
-        if isinstance(ov.value, (Sweep, Distribution)):
+        if isinstance(ov.value, (Choice, Distribution)):
             raise SpecError("only params.* can be swept", file=CLI, key=ov.key)
         yield ov
 
@@ -293,7 +293,7 @@ def _delete(cfg: Any, key: str) -> None:
 
 def _single(domain: Domain) -> Domain:
     """A sweep of exactly one value is that fixed value."""
-    return domain.values[0] if isinstance(domain, Sweep) and len(domain.values) == 1 else domain
+    return domain.values[0] if isinstance(domain, Choice) and len(domain.values) == 1 else domain
 
 
 def _param_space(raw: Any, source: str, texts: dict[str, Any],
@@ -316,7 +316,7 @@ def _param_space(raw: Any, source: str, texts: dict[str, Any],
                 texts[f"{key}.{sub}"] = sub_texts[sub]
             continue
         elif isinstance(value, list):
-            space[key] = _single(Sweep(tuple(value)))
+            space[key] = _single(Choice(tuple(value)))
         elif isinstance(value, str):
             try:
                 space[key] = _single(parse_value(value))
@@ -352,7 +352,7 @@ def validate(data: Mapping[str, Any], source: str,
         raise SpecError("empty search space: no parameters", file=source, key="params",
                         hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}")
     for key, dom in params.items():
-        if isinstance(dom, Sweep) and not dom.values:
+        if isinstance(dom, Choice) and not dom.values:
             raise SpecError("empty search space: no values", file=source, key=f"params.{key}")
     num_samples = _positive(data, "num_samples", source, default=1)
     if num_samples > 1 and not any(isinstance(d, Distribution) for d in params.values()):
@@ -533,7 +533,7 @@ def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) ->
     for text in overrides:
         ov = _parse_cli(text)
         parts = ov.key.split(".")
-        if parts[0] not in RESUMABLE or isinstance(ov.value, (Sweep, Distribution)):
+        if parts[0] not in RESUMABLE or isinstance(ov.value, (Choice, Distribution)):
             raise SpecError("cannot change this when resuming (the trials are fixed)", file=CLI,
                             key=ov.key, hint=f"keys that may change: {', '.join(RESUMABLE)}")
         node: dict[str, Any] = data

@@ -8,10 +8,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import states, store
+from . import store
+from .core import states
 from .backends import slurm
-from .fsutil import read_json
-from .arrays import expand_array_spec
+from .core.fsutil import read_json
+from .core.arrays import expand_array_spec
 
 
 @dataclass

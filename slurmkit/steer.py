@@ -6,7 +6,8 @@ import os
 import signal
 from typing import Any
 
-from . import states, store
+from . import store
+from .core import states
 from .backends import slurm
 from .errors import UserError
 from .status import collect, pid_alive
@@ -57,7 +58,7 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     row = find_trial(root, ref)
     if not slurm_log:
         return sweep.output(row["id"])
-    from .fsutil import read_json
+    from .core.fsutil import read_json
 
     attempts = (read_json(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
     for attempt in reversed(attempts):

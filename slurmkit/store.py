@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from . import __version__
 from .errors import UserError
-from .fsutil import atomic_write_json, make_temp_dir, read_json
-from .layout import SweepDir
+from .core.fsutil import atomic_write_json, make_temp_dir, read_json
+from .core.layout import SweepDir
 
 if TYPE_CHECKING:
     from .plan import Trials
@@ -88,7 +88,8 @@ def to_yaml(spec: SweepSpec) -> str:
 def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) -> SweepDir:
     """Build ``root`` for a script submitted with plain ``sbatch`` (array ``array_job_id``),
     tolerating concurrent array tasks doing the same."""
-    from . import arrays, plan, spec as spec_mod
+    from . import plan, spec as spec_mod
+    from .core import arrays
 
     sweep_spec = spec_mod.load(spec_path)
     trials = plan.expand(sweep_spec)

@@ -10,11 +10,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
-from . import arrays, plan, render, spec as spec_mod, states, store
+from . import plan, render, spec as spec_mod, store
+from .core import arrays, states
 from .backends import slurm
 from .errors import SchedulerError, UserError
-from .fsutil import atomic_write_json, read_json
-from .layout import SweepDir
+from .core.fsutil import atomic_write_json, read_json
+from .core.layout import SweepDir
 
 if TYPE_CHECKING:
     from .backends import local  # imported when trials run here: it loads the runtime

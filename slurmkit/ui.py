@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .states import FINAL as FINAL_STATES
+from .core.states import FINAL as FINAL_STATES
 from .status import SweepStatus, wait
 
 out = Console(highlight=False)

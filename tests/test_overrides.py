@@ -13,7 +13,7 @@ from slurmkit.overrides import (
     Distribution,
     Override,
     OverrideError,
-    Sweep,
+    Choice,
     format_value,
     parse_override,
     parse_value,
@@ -28,7 +28,7 @@ def typed(value: Any) -> Any:
         return ("list", [typed(v) for v in value])
     if isinstance(value, dict):
         return ("dict", [(typed(k), typed(v)) for k, v in value.items()])
-    if isinstance(value, Sweep):
+    if isinstance(value, Choice):
         return ("sweep", [typed(v) for v in value.values])
     return (type(value).__name__, value)
 
@@ -74,7 +74,7 @@ def hydra_override(parser: Any, text: str) -> Override:
         values = list(itertools.islice(parsed.sweep_iterator(), _SWEEP_LIMIT + 1))
         if len(values) > _SWEEP_LIMIT:
             raise ValueError("infinite sweep")
-        value: Any = Sweep(tuple(no_sweep(HydraOverride._convert_value(v)) for v in values))
+        value: Any = Choice(tuple(no_sweep(HydraOverride._convert_value(v)) for v in values))
     else:
         value = no_sweep(parsed.value())
     return Override(key, value, prefix)
@@ -319,7 +319,7 @@ def test_expected_values(text: str) -> None:
     elif text in CONTAINERS:
         assert typed(got.value) == typed(CONTAINERS[text])
     elif text in SWEEPS:
-        assert typed(got.value) == typed(Sweep(SWEEPS[text]))
+        assert typed(got.value) == typed(Choice(SWEEPS[text]))
     elif text in ELEMENTS:
         assert typed(got.value) == typed(ELEMENTS[text])
     else:
@@ -329,7 +329,7 @@ def test_expected_values(text: str) -> None:
 def test_deletion_and_parse_value() -> None:
     assert parse_override("~a.b") == Override("a.b", None, "~")
     assert parse_override("~a.b=null") == Override("a.b", None, "~")
-    assert parse_value(" 1,a ") == Sweep((1, "a"))
+    assert parse_value(" 1,a ") == Choice((1, "a"))
     assert parse_value("") == ""
     assert parse_value("[1,2]") == [1, 2]
 
@@ -576,7 +576,7 @@ SWEEP_OVERRIDES = [
 def _jobs(overrides: list[str]) -> list[list[tuple[str, Any]]]:
     axes = []
     for o in map(parse_override, overrides):
-        values = o.value.values if isinstance(o.value, Sweep) else [o.value]
+        values = o.value.values if isinstance(o.value, Choice) else [o.value]
         axes.append([(o.prefix + o.key, value) for value in values])
     return [list(job) for job in itertools.product(*axes)]
 
@@ -644,7 +644,7 @@ ROUND_TRIP = [
     [], [1, "a", None, [True, ["b c", "1"]]], ["a\\", "b"], {}, {"a": 1, "b": [2, "c,d"]},
     {"a b": "c", "x:y": 1, "p=q": {"r": None}, 1: "one", 2.5: "f", None: "n", False: "t"},
     {"a\\": "b", "(k)": 1, "[k]": 2, "tab\tk": 3},
-    Sweep((1, "a", [2], None)), Sweep(("a\\", "b")), Sweep(("x",)), Sweep(()),
+    Choice((1, "a", [2], None)), Choice(("a\\", "b")), Choice(("x",)), Choice(()),
     Distribution("uniform", -1, 1.5), Distribution("loguniform", 1e-5, 0.1),
     Distribution("randint", 0, 10),
 ]
@@ -656,7 +656,7 @@ def test_format_value_round_trips(value: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [v for v in ROUND_TRIP if not isinstance(v, (Sweep, Distribution))], ids=repr
+    "value", [v for v in ROUND_TRIP if not isinstance(v, (Choice, Distribution))], ids=repr
 )
 def test_format_value_reads_back_in_hydra(hydra_parser: Any, value: Any) -> None:
     parsed = hydra_override(hydra_parser, "x=" + format_value(value))
@@ -670,11 +670,11 @@ def test_format_value_style() -> None:
     assert format_value("it's") == '"it\'s"'
     assert format_value([1, "x", None]) == "[1, x, null]"
     assert format_value({"a": True}) == "{a: true}"
-    assert format_value(Sweep((1, 2))) == "1, 2"
+    assert format_value(Choice((1, 2))) == "1, 2"
 
 
 @pytest.mark.parametrize(
-    "value", [{"1": 0}, {"": 0}, {"é": 0}, {"a'b": 0}, Sweep((None,)), (1, 2), {1, 2}, b"x"],
+    "value", [{"1": 0}, {"": 0}, {"é": 0}, {"a'b": 0}, Choice((None,)), (1, 2), {1, 2}, b"x"],
     ids=repr,
 )
 def test_format_value_rejects_unrepresentable(value: Any) -> None:

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from slurmkit import arrays, plan, spec as spec_mod
+from slurmkit import plan, spec as spec_mod
+from slurmkit.core import arrays
 from slurmkit.errors import SpecError
-from slurmkit.overrides import Distribution, Sweep
+from slurmkit.overrides import Distribution, Choice
 
 
 def _load(spec_file, body, overrides=()):
@@ -75,7 +76,7 @@ def _reference_expand(s):
     import random
 
     keys = list(s.params)
-    grid = [k for k in keys if isinstance(s.params[k], Sweep)]
+    grid = [k for k in keys if isinstance(s.params[k], Choice)]
     rng = random.Random(s.seed)
     out = []
     for _ in range(s.num_samples):
@@ -94,11 +95,11 @@ def test_expand_is_the_plain_definition():
     manifest rows as the trial-by-trial definition with json.dumps."""
     nested = {"b": [1, {"z": None, "a": "q\"x"}], "a": {"y": 2.5, "x": [True]}}
     params = {
-        "lr": Sweep((1e-5, 0.1, 1.0, -0.0, 3, -7, 10**20, float("inf"), float("nan"))),
-        "optim.beta": Sweep((True, False, None)),
-        "name": Sweep(("plain", "ünï", "日本", 'quo"te', "new\nline", "tab\t", "back\\", "")),
+        "lr": Choice((1e-5, 0.1, 1.0, -0.0, 3, -7, 10**20, float("inf"), float("nan"))),
+        "optim.beta": Choice((True, False, None)),
+        "name": Choice(("plain", "ünï", "日本", 'quo"te', "new\nline", "tab\t", "back\\", "")),
         "u": Distribution("uniform", 0.0, 1.0),
-        "Zed": Sweep((nested, [nested, []], {})),
+        "Zed": Choice((nested, [nested, []], {})),
         "fixed": {"k": ["v", 2]},
         "a.b.c": "ß",
         "r": Distribution("randint", 1, 10**6),

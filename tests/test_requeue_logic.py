@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from slurmkit.runtime import requeue
-from slurmkit.runtime.contract import REQUEUE_EXIT
+from slurmkit.core.contract import REQUEUE_EXIT
 
 BUDGETS = {"preemption": None, "timeout": 3, "node_failure": 3, "error": 0}
 NOW = datetime(2026, 11, 30, 12, 0, 0)
@@ -61,7 +61,7 @@ def test_decide_budgets_per_cause():
 
 def _sweep_with_vanished_attempt(tmp_path, spec_file, budget: int):
     from slurmkit import plan, spec as spec_mod, store
-    from slurmkit.fsutil import atomic_write_json
+    from slurmkit.core.fsutil import atomic_write_json
 
     s = spec_mod.load(str(spec_file(f"command: [/bin/true]\nargs: none\nparams: {{a: [1]}}\n"
                                     f"requeue: {{budgets: {{node_failure: {budget}}}}}\n")))
@@ -76,7 +76,7 @@ def _sweep_with_vanished_attempt(tmp_path, spec_file, budget: int):
 
 
 def test_vanished_attempt_counts_as_node_failure(tmp_path, spec_file, monkeypatch):
-    from slurmkit.fsutil import read_json
+    from slurmkit.core.fsutil import read_json
     from slurmkit.runtime.trial import TrialRun
 
     monkeypatch.setenv("SLURM_JOB_ID", "1")
@@ -90,7 +90,7 @@ def test_vanished_attempt_counts_as_node_failure(tmp_path, spec_file, monkeypatc
 
 
 def test_node_failure_budget_spent_fails_without_running(tmp_path, spec_file, monkeypatch):
-    from slurmkit.fsutil import read_json
+    from slurmkit.core.fsutil import read_json
     from slurmkit.runtime.trial import TrialRun
 
     monkeypatch.setenv("SLURM_JOB_ID", "1")

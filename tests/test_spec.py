@@ -8,7 +8,7 @@ import pytest
 from conftest import run_cli
 from slurmkit import spec as spec_mod
 from slurmkit.errors import SpecError
-from slurmkit.overrides import Distribution, Sweep
+from slurmkit.overrides import Distribution, Choice
 
 GOOD = """
 name: demo
@@ -39,10 +39,10 @@ def test_good_spec_loads(spec_file):
     s = spec_mod.load(str(spec_file(GOOD)))
     assert s.name == "demo"
     assert s.command == ("python", "train.py", "--epochs", "3")
-    assert s.params["lr"] == Sweep((0.1, 0.01))
-    assert s.params["optim.momentum"] == Sweep((0.9, 0.95))
-    assert s.params["layers"] == Sweep((1, 2, 3))
-    assert s.params["act"] == Sweep(("relu", "gelu"))
+    assert s.params["lr"] == Choice((0.1, 0.01))
+    assert s.params["optim.momentum"] == Choice((0.9, 0.95))
+    assert s.params["layers"] == Choice((1, 2, 3))
+    assert s.params["act"] == Choice(("relu", "gelu"))
     assert s.params["wd"] == Distribution("loguniform", 1e-5, 1e-2)
     assert s.params["tag"] == "base"
     assert s.resources.sbatch_options() == [
@@ -55,8 +55,8 @@ def test_overrides_in_hydra_syntax(spec_file):
     s = spec_mod.load(str(spec_file(GOOD)), [
         "params.lr=0.5,0.05", "resources.time=2:00:00", "params.new=range(0,3)", "~params.tag",
         "max_parallel=8", "params.optim.momentum=0.8"])
-    assert s.params["lr"] == Sweep((0.5, 0.05))
-    assert s.params["new"] == Sweep((0, 1, 2))
+    assert s.params["lr"] == Choice((0.5, 0.05))
+    assert s.params["new"] == Choice((0, 1, 2))
     assert "tag" not in s.params
     assert s.params["optim.momentum"] == 0.8
     assert s.resources.time == "2:00:00"

@@ -9,8 +9,8 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
-from ..fsutil import read_json
-from ..layout import SweepDir
+from ..core.fsutil import read_json
+from ..core.layout import SweepDir
 from ..runtime.trial import TrialRun
 
 Progress = Callable[[TrialRun, int], None]

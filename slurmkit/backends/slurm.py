@@ -11,7 +11,7 @@ import subprocess
 from typing import Iterable, NamedTuple, Sequence
 
 from ..errors import SchedulerError, UserError
-from ..arrays import expand_array_spec
+from ..core.arrays import expand_array_spec
 
 DEFAULT_MAX_ARRAY_SIZE = 1001
 

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from ..layout import SweepDir
+from ..core.layout import SweepDir
 from .trial import TrialRun
 
 

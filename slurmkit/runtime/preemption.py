@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from .contract import ENV_SIGNAL, REQUEUE_EXIT
+from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
 
 # Set by the handler with no lock: Slurm signals the whole process group while the runtime
 # forwards the same signal, so a second handler can run inside the first, at any bytecode. A

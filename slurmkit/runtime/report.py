@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from ..fsutil import atomic_write_json, read_json
+from ..core.fsutil import atomic_write_json, read_json
 
 
 def params() -> dict[str, Any]:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from .. import slurmtime, states
-from .contract import REQUEUE_EXIT
+from ..core import slurmtime, states
+from ..core.contract import REQUEUE_EXIT
 
 # What classify() looked at, kept in each attempt's record.
 EVIDENCE = ("JobState", "Reason", "Restarts", "NodeState", "PreemptTime", "EndTime", "RunTime")

@@ -23,12 +23,12 @@ import sys
 import time
 from typing import Any
 
-from .. import states
-from ..fsutil import atomic_write_json, read_json
-from ..layout import SweepDir
+from ..core import states
+from ..core.fsutil import atomic_write_json, read_json
+from ..core.layout import SweepDir
 from ..overrides import format_value
 from . import requeue
-from .contract import ENV_SIGNAL, REQUEUE_EXIT
+from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
 
 _SLURM_KEYS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
                "array_task_id": "SLURM_ARRAY_TASK_ID", "restart_count": "SLURM_RESTART_COUNT"}
