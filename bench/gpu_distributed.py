@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurmkit.runtime.distributed import PORT_BASE, PORT_SPAN  # noqa: E402
+from slurmkit.core.rendezvous import PORT_BASE, PORT_SPAN  # noqa: E402
 
 GPU_SIZES = [1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20]

@@ -19,8 +19,9 @@ gc.set_threshold(100_000, 50, 1000)
 import click  # noqa: E402
 
 from . import __version__
+from .backends import NAMES
 
-BACKEND = click.Choice(["auto", "slurm", "local"])
+BACKEND = click.Choice(NAMES)
 
 
 def _fail(exc: Exception) -> NoReturn:
@@ -137,7 +138,7 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
             raise click.UsageError("--plain only goes with --dry-run and a SPEC")
         from .spec import load
 
-        click.echo(lib.render_plain(load(args[0], args[1:]), args[0]), nl=False)
+        click.echo(lib.render_standalone(load(args[0], args[1:]), args[0]), nl=False)
         return
     reporter = _reporter(as_json)
     if resume_dir is not None:
@@ -151,7 +152,7 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
                             dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
     reporter.stop()
     _outcome(result, as_json)
-    if wait and result.backend == "slurm" and result.indices and not dry_run:
+    if wait and not result.ran_here and result.indices and not dry_run:
         from .status import collect, wait
 
         if as_json:
@@ -210,7 +211,7 @@ def render(args: tuple[str, ...], plain: bool) -> None:
 
     spec = load(args[0], args[1:], job=True)
     if plain:
-        click.echo(lib.render_plain(spec, args[0]), nl=False)
+        click.echo(lib.render_standalone(spec, args[0]), nl=False)
     else:
         result = lib.submit(spec, backend="auto", dry_run=True)
         click.echo("\n".join(result.scripts), nl=False)
@@ -275,9 +276,7 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
             ui.print_status(current, show_all)
     if watch and as_json:
         _emit_json(current.as_dict())
-    bad = [t for t in current.trials if t.state not in ("COMPLETED", "RUNNING", "PENDING",
-                                                        "REQUEUED", "NOT_SUBMITTED")]
-    sys.exit(1 if bad else 0)
+    sys.exit(1 if current.failed else 0)
 
 
 @main.command()
@@ -350,9 +349,9 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
 
     done = do_cancel(sweep_dir, dry_run)
     if as_json:
-        _emit_json(done)
+        _emit_json(done.as_dict())
     else:
-        what = ", ".join([*done["jobs"], *(f"local pid {p}" for p in done["local_pids"])])
+        what = ", ".join(done.texts)
         click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")
 
 

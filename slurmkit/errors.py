@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Sequence
+
 
 class UserError(Exception):
     """A mistake in the user's input or environment, reported as ``file: key: message (hint)``.
@@ -33,3 +35,13 @@ class SchedulerError(UserError):
     """The scheduler refused a request (its own message is relayed)."""
 
     exit_code = 1
+
+
+def reject_unknown(data: Iterable[Any], allowed: Sequence[str], *, file: str | None,
+                   prefix: str = "") -> None:
+    """The one "unknown key" error: raise SpecError for the first key of ``data`` (a mapping's
+    keys) that is not ``allowed``, naming it as ``prefix + key``."""
+    unknown = [k for k in data if k not in allowed]
+    if unknown:
+        raise SpecError(f"unknown key {unknown[0]!r}", file=file, key=f"{prefix}{unknown[0]}",
+                        hint=f"allowed keys: {', '.join(allowed)}")

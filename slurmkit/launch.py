@@ -3,12 +3,14 @@
 
 The result is argv (no shell, no user value in a script): ``sweep.json`` stores it and the
 runtime puts it before the command, after filling in the rendezvous values it knows on the
-first node (:func:`fill`).
+first node (:func:`slurmkit.core.rendezvous.fill`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from . import pyxis
 
 if TYPE_CHECKING:
     from .spec import SweepSpec
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 SELF_CHECK = ["bash", "-c", 'python3 -m slurmkit.runtime.selfcheck && exec "$@"', "slurmkit"]
 
 
-def plan(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
+def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     """``{"step": [...srun + container options + self-check], "launcher": [...torchrun]}``;
     both empty when the command runs as it is (one task on one node, no container)."""
     r = spec.resources
@@ -28,10 +30,8 @@ def plan(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     step = ["srun", "--kill-on-bad-exit=1", f"--nodes={r.nodes}", f"--ntasks={r.nodes * tasks}",
             f"--ntasks-per-node={tasks}"]
     if spec.container:
-        from .pyxis import container_options
-
-        step += container_options(spec.container, submit_dir=spec.workdir or submit_dir,
-                                  env_names=spec.env, source=spec.source)
+        step += pyxis.srun_options(spec.container, submit_dir=spec.workdir or submit_dir,
+                                   env_names=spec.env, source=spec.source)
         if spec.self_check:
             step += SELF_CHECK
     launcher = []
@@ -40,25 +40,3 @@ def plan(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
                     "--rdzv-backend=c10d", "--rdzv-endpoint={master_addr}:{master_port}",
                     "--rdzv-id={job_id}"]
     return {"step": step, "launcher": launcher}
-
-
-def rendezvous(env: dict[str, str]) -> dict[str, str]:
-    """MASTER_ADDR (the allocation's first node) and MASTER_PORT (from the job id), unless set."""
-    from .runtime.distributed import first_host, job_port
-
-    job = env.get("SLURM_JOB_ID", "0")
-    return {"MASTER_ADDR": env.get("MASTER_ADDR") or first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
-            "MASTER_PORT": env.get("MASTER_PORT") or str(job_port(job))}
-
-
-def fill(launch: dict[str, Any], env: dict[str, str]) -> list[str]:
-    """The argv prefix with the launcher's tokens replaced (only in our own launcher part)."""
-    values = {"{master_addr}": env["MASTER_ADDR"], "{master_port}": env["MASTER_PORT"],
-              "{nnodes}": env.get("SLURM_NNODES", "1"), "{job_id}": env.get("SLURM_JOB_ID", "0")}
-    launcher = []
-    for arg in launch.get("launcher", []):
-        for token, value in values.items():
-            arg = arg.replace(token, value)
-        launcher.append(arg)
-    return [*launch.get("step", []), *launcher]
-

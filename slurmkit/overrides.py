@@ -4,6 +4,8 @@ This is a stdlib-only re-implementation of the subset of Hydra 1.3's override
 grammar (``hydra/grammar/Override{Lexer,Parser}.g4``) that a sweep launcher
 needs. Values, types and sweep order match ``OverridesParser`` and
 ``BasicSweeper``; ``tests/test_overrides.py`` checks this against hydra-core.
+The value types, the lexer and :func:`format_value` are in :mod:`slurmkit.core.values`
+(the in-job runtime needs them without the parser) and are re-exported here.
 
 Supported functions: ``choice``, ``range``, ``sort``, the casts ``int``,
 ``float``, ``str``, ``bool``, and the slurmkit-only random-search
@@ -27,6 +29,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .core.values import (
+    _DICT_KEY_KINDS,
+    _ID,
+    _INT_U,
+    _PRIMITIVE_KINDS,
+    Choice,
+    Distribution,
+    OverrideError,
+    _Token,
+    _tokenize,
+    _unquote,
+    format_value,
+)
+
 __all__ = [
     "MAX_SWEEP_SIZE",
     "Distribution",
@@ -40,32 +56,6 @@ __all__ = [
 
 MAX_SWEEP_SIZE = 1_000_000
 """Largest number of values a ``range()`` may expand to."""
-
-
-class OverrideError(ValueError):
-    """An override or value that cannot be parsed; says what and where."""
-
-    def __init__(self, message: str, text: str, column: int) -> None:
-        self.message = message
-        self.text = text
-        self.column = column
-        super().__init__(f"{message}\n    {text}\n    {' ' * column}^")
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A discrete sweep (``a,b,c``, ``choice(...)``, ``range(...)``), in Hydra's order."""
-
-    values: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A random-search distribution ``uniform``, ``loguniform`` or ``randint`` (low < high)."""
-
-    name: str
-    low: float | int
-    high: float | int
 
 
 @dataclass(frozen=True)
@@ -326,99 +316,8 @@ def _call(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     return function(*bound.args, **bound.kwargs)
 
 
-# --------------------------------------------------------------------------- #
-# Lexer (VALUE_MODE of OverrideLexer.g4): longest match, ties to the earlier rule.
-# --------------------------------------------------------------------------- #
-
-_INT_U = r"(?:0|[1-9](?:_?[0-9])*)"
-_DIGITS = r"[0-9](?:_?[0-9])*"
-_POINT_FLOAT = rf"(?:{_INT_U}?\.{_DIGITS}|{_INT_U}\.)"
-_WS = r"[ \t]"
-_TOKEN_RULES = [
-    (kind, re.compile(pattern))
-    for kind, pattern in [
-        ("POPEN", rf"{_WS}*\({_WS}*"),
-        ("COMMA", rf"{_WS}*,{_WS}*"),
-        ("PCLOSE", rf"{_WS}*\)"),
-        ("BRACKET_OPEN", rf"\[{_WS}*"),
-        ("BRACKET_CLOSE", rf"{_WS}*\]"),
-        ("BRACE_OPEN", rf"\{{{_WS}*"),
-        ("BRACE_CLOSE", rf"{_WS}*\}}"),
-        ("COLON", rf"{_WS}*:{_WS}*"),
-        ("EQUAL", rf"{_WS}*={_WS}*"),
-        (
-            "FLOAT",
-            rf"[+-]?(?:(?:{_POINT_FLOAT}|{_INT_U})[eE][+-]?{_DIGITS}|{_POINT_FLOAT}"
-            r"|[Ii][Nn][Ff]|[Nn][Aa][Nn])",
-        ),
-        ("INT", rf"[+-]?{_INT_U}"),
-        ("BOOL", r"[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]"),
-        ("NULL", r"[Nn][Uu][Ll][Ll]"),
-        ("UNQUOTED_CHAR", r"[/\-\\+.$%*@?|]"),
-        ("ID", r"[a-zA-Z_][a-zA-Z0-9_\-]*"),
-        ("ESC", r"(?:\\[\\()\[\]{}:=, \t])+"),
-        ("WS", rf"{_WS}+"),
-        ("INTERPOLATION", r"\$\{[^}]+\}"),
-    ]
-]
-_PRIMITIVE_KINDS = frozenset(
-    {"ID", "NULL", "INT", "FLOAT", "BOOL", "INTERPOLATION", "UNQUOTED_CHAR", "COLON", "ESC", "WS"}
-)
-_DICT_KEY_KINDS = _PRIMITIVE_KINDS - {"INTERPOLATION", "COLON"}
 _NESTED = "sweeps and distributions cannot be nested in lists, dicts or sweeps"
 _CLOSERS = {"BRACKET_OPEN": "]", "BRACE_OPEN": "}", "POPEN": ")"}
-
-
-class _Token(NamedTuple):
-    kind: str
-    text: str
-    pos: int
-
-
-def _quoted_end(text: str, pos: int) -> int:
-    """End of the quoted value at ``pos``: its first quote after an even run of backslashes."""
-    backslashes = 0
-    for index in range(pos + 1, len(text)):
-        char = text[index]
-        if char == text[pos] and backslashes % 2 == 0:
-            return index + 1
-        backslashes = backslashes + 1 if char == "\\" else 0
-    return -1
-
-
-def _unquote(token: str) -> str:
-    """Hydra's un-escaping: only backslashes right before a quote (or the end) are halved."""
-    quote = token[0]
-    return re.sub(
-        rf"(\\+)({quote}|\Z)",
-        lambda m: "\\" * (len(m[1]) // 2) + m[2],
-        token[1:-1],
-    )
-
-
-def _tokenize(text: str, pos: int) -> list[_Token]:
-    tokens: list[_Token] = []
-    while pos < len(text):
-        if text[pos] in "'\"":
-            end = _quoted_end(text, pos)
-            if end < 0:
-                raise OverrideError("unterminated quoted string", text, pos)
-            tokens.append(_Token("QUOTED", text[pos:end], pos))
-            pos = end
-            continue
-        best: _Token | None = None
-        for kind, pattern in _TOKEN_RULES:
-            match = pattern.match(text, pos)
-            if match and (best is None or len(match[0]) > len(best.text)):
-                best = _Token(kind, match[0], pos)
-        if best is None:
-            raise OverrideError(
-                f"unexpected character {text[pos]!r} (quote values that contain it)", text, pos
-            )
-        tokens.append(best)
-        pos += len(best.text)
-    tokens.append(_Token("EOF", "", len(text)))
-    return tokens
 
 
 # --------------------------------------------------------------------------- #
@@ -602,7 +501,6 @@ def parse_value(text: str) -> Any:
 # Keys (DEFAULT_MODE of the lexer) and whole overrides.
 # --------------------------------------------------------------------------- #
 
-_ID = r"[a-zA-Z_][a-zA-Z0-9_\-]*"
 _KEY_SPECIAL = r"[a-zA-Z_$][a-zA-Z0-9_\-$]*"
 _SEGMENT = rf"(?:{_KEY_SPECIAL}|{_INT_U})"
 _PACKAGE = rf"(?:{_SEGMENT}(?:\.{_SEGMENT})+|{_KEY_SPECIAL})?"
@@ -630,78 +528,3 @@ def parse_override(text: str) -> Override:
             raise OverrideError("missing '=' after the key", text, len(text))
         return Override(key, None, prefix)
     return Override(key, _public(_parse(text, equal + 1)), prefix)
-
-
-# --------------------------------------------------------------------------- #
-# Formatting.
-# --------------------------------------------------------------------------- #
-
-_ESCAPED = re.compile(r"[\\()\[\]{}:=, \t]")
-
-
-def _quote(text: str) -> str:
-    quote = '"' if "'" in text and '"' not in text else "'"
-    body = re.sub(
-        rf"(\\*)({quote}|\Z)",
-        lambda m: "\\" * (2 * len(m[1])) + ("\\" + quote if m[2] else ""),
-        text,
-    )
-    return f"{quote}{body}{quote}"
-
-
-def _is_bare(text: str) -> bool:
-    """Whether ``text`` reads back as itself without quotes, in any position."""
-    if not text or text.endswith("\\"):  # a trailing '\' would escape a following ',' or ']'
-        return False
-    try:
-        parsed = _parse(text, 0)
-    except OverrideError:
-        return False
-    return type(parsed) is str and parsed == text
-
-
-def _format_key(key: Any) -> str:
-    if not isinstance(key, str):
-        return format_value(key)
-    escaped = _ESCAPED.sub(lambda m: "\\" + m[0], key)
-    try:
-        parsed = _parse(f"{{{escaped}: 0}}", 0)
-    except OverrideError:
-        parsed = None
-    if not (isinstance(parsed, dict) and type(next(iter(parsed))) is str and key in parsed):
-        raise ValueError(f"dict key {key!r} cannot be written in override syntax")
-    return escaped
-
-
-def format_value(value: Any) -> str:
-    """Render ``value`` in override syntax so that ``parse_value(format_value(v)) == v``.
-
-    Accepts None, bool, int, float, str, lists and dicts of those, and
-    :class:`Choice` and :class:`Distribution`. Strings are quoted only when needed.
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return value if _is_bare(value) else _quote(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(format_value(item) for item in value) + "]"
-    if isinstance(value, dict):
-        items = (f"{_format_key(k)}: {format_value(v)}" for k, v in value.items())
-        return "{" + ", ".join(items) + "}"
-    if isinstance(value, Distribution):
-        return f"{value.name}({format_value(value.low)}, {format_value(value.high)})"
-    if isinstance(value, Choice):
-        if len(value.values) > 1:
-            return ", ".join(format_value(item) for item in value.values)
-        if not value.values:
-            return "range(0)"
-        if value.values[0] is None:
-            raise ValueError("a sweep of the single value null cannot be written")
-        return f"choice({format_value(value.values[0])})"
-    raise TypeError(f"cannot format a value of type {type(value).__name__}")

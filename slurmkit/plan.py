@@ -1,4 +1,5 @@
-"""From a validated spec to trials (stable ids) and to array chunks under MaxArraySize."""
+"""From a validated spec to a :class:`Plan`: its trials (stable ids), how each trial is launched,
+and array chunks under MaxArraySize."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ except ImportError:
     except ImportError:
         from hashlib import sha256  # type: ignore[assignment]
 
+from . import launch
 from .core import arrays
 from .errors import SpecError
-from .overrides import Distribution, Choice
+from .core.values import Choice, Distribution
 from .spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -75,6 +77,32 @@ class Trials(Sequence[Trial]):
         index = range(len(self))[index]  # IndexError, negative indices
         return Trial(index, self.ids[index],
                      {k: column[index] for k, column in zip(self.keys, self._values)})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one submission decides, once: the spec, its trials (``None`` when resuming: the
+    sweep directory holds them), their count, and how each is launched (``sweep.json``'s
+    ``launch``, from :func:`slurmkit.launch.build` in ``submit_dir``)."""
+
+    spec: SweepSpec
+    total: int
+    launch: dict[str, list[str]]
+    submit_dir: str
+    trials: Trials | None = None
+
+
+def make(spec: SweepSpec, trials: Trials, submit_dir: str) -> Plan:
+    """The plan of a new sweep: its expanded ``trials``, launched from ``submit_dir``."""
+    return Plan(spec, len(trials), launch.build(spec, submit_dir), submit_dir, trials)
+
+
+def resumed(spec: SweepSpec, config: dict[str, Any], total: int, changed: bool) -> Plan:
+    """The plan of a resume: the stored launch, or a new one when overrides ``changed`` the
+    spec (in the sweep's own submit directory)."""
+    submit_dir = config["submit_dir"]
+    stored = config.get("launch") or {}
+    return Plan(spec, total, launch.build(spec, submit_dir) if changed else stored, submit_dir)
 
 
 class Chunk(NamedTuple):

@@ -5,7 +5,8 @@ options: name, value syntax (``None`` for a flag) and the release that introduce
 0.14 and later are from pyxis's changelog; the older ones are the first release known to list
 the option (every site runs >= 0.15, so only the later gates decide anything).
 
-:func:`container_options` validates a ``container`` block and renders it::
+:func:`parse` validates a ``container`` block into a :class:`~slurmkit.spec.model.Container`
+and :func:`srun_options` renders it::
 
     container:
       image: nvcr.io/nvidia/pytorch:24.01-py3      # rendered nvcr.io#nvidia/pytorch:24.01-py3
@@ -29,7 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .errors import SpecError
+from .errors import SpecError, reject_unknown
+from .spec.model import CONTAINER_KEYS, Container
 
 PYXIS_VERSION = "0.24"
 
@@ -73,24 +75,8 @@ MOUNT_FLAGS = (
     "x-create=dir", "x-create=file", "x-create=auto",
 )
 _TMPFS_FLAG = re.compile(r"^(size=\d+[kKmMgG%]?|mode=[0-7]{3,4}|nr_inodes=\d+[kKmMgG]?)$")
-CONTAINER_KEYS = ("image", "mounts", "workdir", "env_keep", "writable", "remap_root",
-                  "mount_home", "name")
 # Always kept from the host: the PyTorch enroot hook would otherwise set its own.
 KEEP_ALWAYS = ("MASTER_ADDR", "MASTER_PORT")
-
-# NCCL/UCX/PMIx settings from CoreWeave's own SUNK scripts; gb200 adds multi-node NVLink.
-PROFILES: dict[str, dict[str, str]] = {
-    "sunk": {
-        "NCCL_SOCKET_IFNAME": "eth0",
-        "NCCL_IB_HCA": "ibp",
-        "UCX_TLS": "tcp",
-        "UCX_NET_DEVICES": "eth0",
-        "PMIX_MCA_gds": "^ds12",
-        "OMPI_MCA_coll_hcoll_enable": "0",
-    },
-}
-PROFILES["sunk-gb200"] = {**PROFILES["sunk"], "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1",
-                          "NVIDIA_IMEX_CHANNELS": "0"}
 
 _DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
 _USER = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -175,10 +161,7 @@ def _mount(raw: Any, key: str, source: str | None) -> str:
             raise SpecError(f"{raw!r}: empty destination", file=source, key=key, hint=hint)
         flag_list = flags.split("+") if flags else []
     elif isinstance(raw, Mapping):
-        unknown = [k for k in raw if k not in ("src", "dst", "flags")]
-        if unknown:
-            raise SpecError(f"unknown key {unknown[0]!r}", file=source, key=f"{key}.{unknown[0]}",
-                            hint="allowed keys: src, dst, flags")
+        reject_unknown(raw, ("src", "dst", "flags"), file=source, prefix=f"{key}.")
         src, dst, flags = raw.get("src"), raw.get("dst"), raw.get("flags")
         flag_list = flags.split("+") if isinstance(flags, str) else flags or []
         if not isinstance(src, str) or not isinstance(dst, (str, type(None))) or \
@@ -223,32 +206,20 @@ def _fields(container: Any) -> dict[str, Any]:
     raise TypeError(f"container must be a mapping or a dataclass, not {type(container).__name__}")
 
 
-def _flag(data: Mapping[str, Any], key: str, source: str | None, default: bool | None,
-          on: str, off: str) -> list[str]:
+def _flag(data: Mapping[str, Any], key: str, source: str | None,
+          default: bool | None) -> bool | None:
     value = data.get(key, default)
-    if value is None:
-        return []
-    if not isinstance(value, bool):
+    if value is not None and not isinstance(value, bool):
         raise SpecError(f"expected true or false, got {value!r}", file=source,
                         key=f"container.{key}")
-    return [f"--{on if value else off}"]
+    return value
 
 
-def container_options(container: Mapping[str, Any] | Any, *, submit_dir: str | None = None,
-                      env_names: Iterable[str] = (), source: str | None = None) -> list[str]:
-    """Validate a ``container`` block (mapping or dataclass) and render its ``srun`` options.
-
-    ``submit_dir`` (default: the current directory) is the default workdir, mounted at the same
-    path. ``env_names``: variables the script exports that must win over the image's (a
-    profile's, the spec's ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
-    ``--container-env``. ``source`` names the spec file in errors (``SpecError`` naming the
-    key, e.g. ``container.mounts[1]``).
-    """
+def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Container:
+    """Validate a ``container`` block (mapping or dataclass) into a :class:`Container`;
+    ``SpecError`` naming ``source`` (the spec file) and the key, e.g. ``container.mounts[1]``."""
     data = _fields(container)
-    unknown = [k for k in data if k not in CONTAINER_KEYS]
-    if unknown:
-        raise SpecError(f"unknown key {unknown[0]!r}", file=source, key=f"container.{unknown[0]}",
-                        hint=f"allowed keys: {', '.join(CONTAINER_KEYS)}")
+    reject_unknown(data, CONTAINER_KEYS, file=source, prefix="container.")
     image = data.get("image")
     if not isinstance(image, str) or not image:
         raise SpecError("required: the image (a registry reference or a squashfs path)",
@@ -260,45 +231,27 @@ def container_options(container: Mapping[str, Any] | Any, *, submit_dir: str | N
         raise SpecError(f"{image!r}: {exc}", file=source, key="container.image",
                         hint="[USER@][REGISTRY/]IMAGE[:TAG] (nvcr.io/nvidia/pytorch:24.01-py3), or "
                              "a squashfs path from `enroot import -o`") from None
-    opts = [f"--container-image={uri}"]
-
     raw_mounts = data.get("mounts") or []
     if not isinstance(raw_mounts, list):
         raise SpecError("must be a list of mounts", file=source, key="container.mounts",
                         hint="mounts: [/mnt/data:/data:ro]")
-    mounts = [_mount(m, f"container.mounts[{i}]", source) for i, m in enumerate(raw_mounts)]
-
-    submit_dir = os.path.abspath(submit_dir or os.getcwd())
+    rendered = tuple(_mount(m, f"container.mounts[{i}]", source) for i, m in enumerate(raw_mounts))
     workdir = data.get("workdir")
-    if workdir is None:
-        if not _PATH.match(submit_dir):
-            raise SpecError(f"the submit directory {submit_dir!r} cannot be mounted by pyxis",
-                            file=source, key="container.workdir",
-                            hint="set container.workdir (and mount your code) explicitly")
-        workdir = submit_dir
-        if not any(_covers(m.split(":")[1], submit_dir) for m in mounts):
-            mounts.append(f"{submit_dir}:{submit_dir}")
-    elif not isinstance(workdir, str) or not _WORKDIR.match(workdir):
+    if workdir is not None and (not isinstance(workdir, str) or not _WORKDIR.match(workdir)):
         raise SpecError(f"{workdir!r} is not an absolute path", file=source,
                         key="container.workdir",
                         hint="a path inside the container, e.g. /workspace")
-    if mounts:
-        opts.append(f"--container-mounts={','.join(mounts)}")
-    opts.append(f"--container-workdir={workdir}")
-
-    name = data.get("name")
+    name, flag = data.get("name"), ""
     if name is not None:
-        base, _, flag = name.partition(":") if isinstance(name, str) else ("", "", "")
-        if not _NAME.match(base):
-            raise SpecError(f"{name!r} is not a container name", file=source, key="container.name",
+        name, _, flag = name.partition(":") if isinstance(name, str) else ("", "", "")
+        if not _NAME.match(name):
+            raise SpecError(f"{data['name']!r} is not a container name", file=source,
+                            key="container.name",
                             hint="letters, digits, '_', '.', '-' (64 at most), optionally "
                                  f"':FLAG' with FLAG one of {', '.join(NAME_FLAGS)}")
         if flag and flag not in NAME_FLAGS:
             raise SpecError(f"{flag!r} is not allowed", file=source, key="container.name",
                             hint=f"allowed values after ':': {', '.join(NAME_FLAGS)}")
-        digest = _image_digest(uri, submit_dir)
-        opts.append(f"--container-name={base}-{digest}" + (f":{flag}" if flag else ""))
-
     keep = data.get("env_keep") or []
     if isinstance(keep, str):
         keep = [keep]
@@ -308,14 +261,49 @@ def container_options(container: Mapping[str, Any] | Any, *, submit_dir: str | N
         if not isinstance(var, str) or not _ENV.match(var):
             raise SpecError(f"{var!r} is not a variable name", file=source,
                             key=f"container.env_keep[{i}]")
-    names = list(dict.fromkeys([*KEEP_ALWAYS, *keep, *env_names]))
-    opts.append(f"--container-env={','.join(names)}")
+    return Container(image=image, uri=uri, mounts=list(raw_mounts), pyxis_mounts=rendered,
+                     workdir=workdir, env_keep=tuple(keep),
+                     writable=_flag(data, "writable", source, None),
+                     remap_root=_flag(data, "remap_root", source, None),
+                     mount_home=_flag(data, "mount_home", source, False),
+                     name=name, name_flag=flag)
 
-    opts += _flag(data, "writable", source, None, "container-writable", "container-readonly")
-    opts += _flag(data, "remap_root", source, None, "container-remap-root",
-                  "no-container-remap-root")
-    opts += _flag(data, "mount_home", source, False, "container-mount-home",
-                  "no-container-mount-home")
+
+def srun_options(c: Container, *, submit_dir: str | None = None, env_names: Iterable[str] = (),
+                 source: str | None = None) -> list[str]:
+    """The ``srun`` options of a validated container block.
+
+    ``submit_dir`` (default: the current directory) is the default workdir, mounted at the same
+    path. ``env_names``: variables the script exports that must win over the image's (a
+    profile's, the spec's ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
+    ``--container-env``. ``source`` names the spec file in errors.
+    """
+    opts = [f"--container-image={c.uri}"]
+    mounts = list(c.pyxis_mounts)
+    submit_dir = os.path.abspath(submit_dir or os.getcwd())
+    workdir = c.workdir
+    if workdir is None:
+        if not _PATH.match(submit_dir):
+            raise SpecError(f"the submit directory {submit_dir!r} cannot be mounted by pyxis",
+                            file=source, key="container.workdir",
+                            hint="set container.workdir (and mount your code) explicitly")
+        workdir = submit_dir
+        if not any(_covers(m.split(":")[1], submit_dir) for m in mounts):
+            mounts.append(f"{submit_dir}:{submit_dir}")
+    if mounts:
+        opts.append(f"--container-mounts={','.join(mounts)}")
+    opts.append(f"--container-workdir={workdir}")
+    if c.name is not None:
+        digest = _image_digest(c.uri, submit_dir)
+        opts.append(f"--container-name={c.name}-{digest}" + (f":{c.name_flag}" if c.name_flag
+                                                              else ""))
+    names = list(dict.fromkeys([*KEEP_ALWAYS, *c.env_keep, *env_names]))
+    opts.append(f"--container-env={','.join(names)}")
+    for value, on, off in ((c.writable, "container-writable", "container-readonly"),
+                           (c.remap_root, "container-remap-root", "no-container-remap-root"),
+                           (c.mount_home, "container-mount-home", "no-container-mount-home")):
+        if value is not None:
+            opts.append(f"--{on if value else off}")
     return opts
 
 

@@ -4,13 +4,48 @@ task reads its row from the sweep directory through ``python -m slurmkit.runtime
 from __future__ import annotations
 
 import shlex
+import sys
+from typing import TYPE_CHECKING, Sequence
 
 from . import __version__
-from .plan import Chunk
+from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
 from .core.contract import REQUEUE_EXIT
-from .spec import SweepSpec
+from .core.rendezvous import fill
+from .errors import UserError
+from .plan import Chunk, Plan, chunks
 
-PLAIN_PYTHON = "python3"
+if TYPE_CHECKING:
+    from .spec import Requeue, Resources, SweepSpec
+
+# The interpreter of a standalone script (submitted with plain sbatch): SLURMKIT_PYTHON wins.
+STANDALONE_PYTHON = "python3"
+# Placeholders shown for the rendezvous values that the runtime fills in on the first node.
+_SHOWN = {"MASTER_ADDR": "{master_addr}", "MASTER_PORT": "{master_port}",
+          "SLURM_JOB_ID": "{job_id}"}
+# spec.resources field -> sbatch option, in the order they are rendered
+_RESOURCE_OPTIONS = (("partition", "partition"), ("time", "time"), ("nodes", "nodes"),
+                     ("cpus", "cpus-per-task"), ("gpus", "gpus-per-node"), ("mem", "mem"),
+                     ("account", "account"), ("qos", "qos"), ("constraint", "constraint"),
+                     ("switches", "switches"))
+
+
+def scripts(plan: Plan, indices: Sequence[int], max_array_size: int, sweep_dir: str,
+            python: str = sys.executable) -> list[tuple[Chunk, str]]:
+    """One script per array chunk of the given trial indices, for the prepared ``sweep_dir``."""
+    step = fill(plan.launch, {**_SHOWN, "SLURM_NNODES": str(plan.spec.resources.nodes)})
+    return [(c, render_array(plan.spec, c, sweep_dir=sweep_dir, python=python, step=step))
+            for c in chunks(indices, max_array_size)]
+
+
+def standalone(plan: Plan, spec_path: str) -> str:
+    """A self-contained script for plain ``sbatch`` (the files under ``sbatch/``): its first
+    task builds the sweep directory from ``spec_path``."""
+    parts = chunks(range(plan.total), DEFAULT_MAX_ARRAY_SIZE)
+    if len(parts) > 1:
+        raise UserError(f"{plan.total} trials do not fit one array of a default cluster",
+                        file=spec_path, hint="submit it with `slurmkit sweep`, which splits arrays")
+    return render_array(plan.spec, parts[0], sweep_dir=None, python=STANDALONE_PYTHON,
+                        spec_path=spec_path)
 
 
 def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python: str,
@@ -18,28 +53,28 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
     """The ``sbatch`` script for one array chunk of a sweep.
 
     ``sweep_dir`` is the prepared sweep directory (absolute). With ``sweep_dir=None`` the script
-    is self-contained for plain ``sbatch``: the first task builds ``OUTPUT_ROOT/NAME/ARRAYJOBID``
-    from ``spec_path`` (relative to the submit directory).
+    is standalone, for plain ``sbatch``: the first task builds ``OUTPUT_ROOT/NAME/ARRAYJOBID``
+    from ``spec_path`` (relative to the submit directory) with ``python -m slurmkit.standalone``.
     """
     q = shlex.quote
     if sweep_dir is None:
         if spec_path is None:
-            raise ValueError("a plain-sbatch script needs spec_path")
+            raise ValueError("a standalone script needs spec_path")
         output = f"{spec.name}-%A_%a.out"
         sweep_line = (f"export SLURMKIT_SWEEP_DIR=${{SLURMKIT_SWEEP_DIR:-{q(spec.output_root)}/"
                       f"{q(spec.name)}/sbatch-$SLURM_ARRAY_JOB_ID}}")
-        runtime_args = f"--offset {chunk.offset} --spec {q(spec_path)}"
+        task = f'"$PY" -m slurmkit.standalone --offset {chunk.offset} --spec {q(spec_path)}'
     else:
         output = f"{sweep_dir}/logs/%A_%a.out"
         sweep_line = f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}"
-        runtime_args = f"--offset {chunk.offset}"
+        task = f'"$PY" -m slurmkit.runtime task --offset {chunk.offset}'
     sbatch = [
         f"--job-name={spec.name}",
         f"--array={chunk.array_spec(spec.max_parallel)}",
         f"--output={output}",
         "--open-mode=append",
-        *spec.requeue.sbatch_options(),
-        *spec.resources.sbatch_options(),
+        *requeue_options(spec.requeue),
+        *resource_options(spec.resources),
     ]
     lines = [
         "#!/bin/bash",
@@ -51,12 +86,36 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         "set -u",
         sweep_line,
         f"PY=${{SLURMKIT_PYTHON:-{q(python)}}}",
-        *_supervise(f'"$PY" -m slurmkit.runtime task {runtime_args}',
-                    spec.requeue.signal if spec.requeue.enabled else None,
+        *_supervise(task, spec.requeue.signal if spec.requeue.enabled else None,
                     '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'),
         "",
     ]
     return "\n".join(lines)
+
+
+def resource_options(r: Resources) -> list[str]:
+    """``--key=value`` options of what every task asks for, in a stable order (values are
+    validated: no whitespace)."""
+    opts = [f"--{flag}={getattr(r, key)}" for key, flag in _RESOURCE_OPTIONS
+            if getattr(r, key) is not None]
+    if r.tasks_per_node > 1:
+        opts.append(f"--ntasks-per-node={r.tasks_per_node}")
+    if r.exclusive:
+        opts.append("--exclusive")
+    for key, value in r.extra.items():
+        if value is True:
+            opts.append(f"--{key}")
+        elif value is not False:
+            opts.append(f"--{key}={value}")
+    return opts
+
+
+def requeue_options(policy: Requeue) -> list[str]:
+    """Requeue on, and the signal that asks the batch shell to checkpoint ``lead`` s before the
+    time limit; or requeue off."""
+    if not policy.enabled:
+        return ["--no-requeue"]
+    return ["--requeue", f"--signal=B:{policy.signal}@{policy.lead}"]
 
 
 def _describe(step: list[str] | None) -> list[str]:

@@ -1,4 +1,4 @@
-"""A sweep's state: the trials' status files merged with ONE scheduler query for the sweep."""
+"""A sweep's state: the trials' status files merged with ONE scheduler query per backend."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from . import store
+from . import backends, store
+from .backends.base import LiveTask
 from .core import states
-from .backends import slurm
 from .core.fsutil import read_json
-from .core.arrays import expand_array_spec
 
 
 @dataclass
@@ -52,42 +51,16 @@ class SweepStatus:
 
     @property
     def ok(self) -> bool:
-        return all(t.state == states.COMPLETED for t in self.trials)
+        return all(t.state in states.SUCCESS for t in self.trials)
+
+    @property
+    def failed(self) -> bool:
+        """Some trial ended without success (``slurmkit status`` then exits 1)."""
+        return any(t.state in states.UNSUCCESSFUL for t in self.trials)
 
     def as_dict(self) -> dict[str, Any]:
         return {"sweep_dir": self.sweep_dir, "name": self.name, "counts": self.counts,
                 "finished": self.finished, "trials": [t.as_dict() for t in self.trials]}
-
-
-def _owners(subs: list[dict[str, Any]]) -> tuple[dict[int, tuple[str, int]], set[int]]:
-    """Latest Slurm (job, task) per trial index, and the indices last run by a live local run."""
-    owner: dict[int, tuple[str, int]] = {}
-    local_live: set[int] = set()
-    for sub in subs:
-        if sub.get("backend") == "local":
-            indices = expand_array_spec(sub["indices"]) if sub.get("indices") else []
-            alive = pid_alive(sub.get("pid"))
-            for i in indices:
-                owner.pop(i, None)
-                local_live.discard(i)
-                if alive:
-                    local_live.add(i)
-            continue
-        for job in sub.get("jobs", []):
-            for task in expand_array_spec(job["array"]):
-                owner[job["offset"] + task] = (job["job_id"], task)
-                local_live.discard(job["offset"] + task)
-    return owner, local_live
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
@@ -96,59 +69,112 @@ def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
     config = read_json(sweep.sweep_json)
     rows = list(sweep.iter_manifest())
     files = store.read_statuses(sweep)
-    owner, local_live = _owners(store.submissions(sweep))
-    pending_jobs = {owner[r["index"]][0] for r in rows if r["index"] in owner
-                    and files.get(r["id"], {}).get("state") != states.COMPLETED}
-    sched = slurm.query(pending_jobs) if pending_jobs and slurm.available() else {}
+    unfinished = {r["index"] for r in rows
+                  if files.get(r["id"], {}).get("state") != states.COMPLETED}
+    live = backends.live_tasks(store.submissions(sweep), unfinished.__contains__)
     trials = []
     for row in rows:
         status = files.get(row["id"])
-        key = owner.get(row["index"])
-        task = sched.get(key) if key else None
-        t = _merge(row, status, key, task, row["index"] in local_live)
+        t = _merge(row, status, live.get(row["index"]))
         if with_metrics:
             t.metrics = read_json(sweep.metrics(row["id"]), default={}) if status else {}
         trials.append(t)
     return SweepStatus(sweep.root, config.get("name", os.path.basename(sweep.root)), trials)
 
 
-def _merge(row: dict[str, Any], status: dict[str, Any] | None, key: tuple[str, int] | None,
-           task: slurm.TaskState | None, local_live: bool) -> TrialStatus:
+class Seen(NamedTuple):
+    """What is known of one trial when its state is decided."""
+
+    file: str | None     # the state its status.json records; None: it never started
+    slurm: str | None    # the scheduler's state of the task that owns it; None: not known
+    same_job: bool       # its last recorded attempt ran in that task
+    owned: bool          # a scheduler task owns it (from its latest submission)
+    here: bool           # a live process of this machine runs it (local backend)
+
+    @property
+    def queued(self) -> bool:
+        """The scheduler still has the task (queued, running or being requeued)."""
+        return self.slurm is not None and self.slurm in states.SLURM_ACTIVE
+
+    @property
+    def vanished(self) -> bool:
+        """Its record says it was running or stopping, and no process here runs it."""
+        return self.file in (states.RUNNING, states.TERMINATED, states.REQUEUED) and not self.here
+
+
+class Case(NamedTuple):
+    """One row of :data:`CASES`: ``when`` it applies, the trial's ``state`` is this."""
+
+    name: str
+    when: Callable[[Seen], bool]
+    state: Callable[[Seen], str]
+
+
+def _scheduler(s: Seen) -> str:
+    return states.from_slurm(s.slurm or "")
+
+
+CASES: tuple[Case, ...] = (
+    Case("completed: its own record says so, whatever the scheduler",
+         lambda s: s.file == states.COMPLETED, lambda s: states.COMPLETED),
+    Case("requeued by its own task: waiting again, or back in the scheduler's hands",
+         lambda s: s.queued and s.same_job and s.file == states.REQUEUED,
+         lambda s: states.REQUEUED if s.slurm == states.SLURM_PENDING else _scheduler(s)),
+    Case("running in its own task", lambda s: s.queued and s.same_job and s.file == states.RUNNING,
+         lambda s: states.RUNNING),
+    Case("ended in its own task, which Slurm is still cleaning up",
+         lambda s: s.queued and s.same_job and s.file in states.FINAL
+         and s.file != states.TERMINATED and not states.slurm_waiting(s.slurm or ""),
+         lambda s: s.file or ""),
+    Case("queued or running, per the scheduler (a new task, or a record it overtook)",
+         lambda s: s.queued, _scheduler),
+    Case("vanished, and the scheduler says how its task ended",
+         lambda s: s.vanished and s.slurm is not None, _scheduler),
+    Case("vanished, with no scheduler task: stopped by a signal",
+         lambda s: s.vanished and not s.owned, lambda s: states.TERMINATED),
+    Case("vanished, and the scheduler forgot its task",
+         lambda s: s.vanished, lambda s: states.UNKNOWN),
+    Case("ended: its record says how", lambda s: s.file is not None, lambda s: s.file or ""),
+    Case("never started, and the scheduler says how its task ended",
+         lambda s: s.owned and s.slurm is not None, _scheduler),
+    Case("never started, and the scheduler forgot its task", lambda s: s.owned,
+         lambda s: states.UNKNOWN),
+    Case("about to start here", lambda s: s.here, lambda s: states.PENDING),
+    Case("never submitted", lambda s: True, lambda s: states.NOT_SUBMITTED),
+)
+
+
+def decide(seen: Seen) -> tuple[str, Case]:
+    """The state of a trial, and the row of :data:`CASES` that decided it (the first that
+    applies). The trial's own status file is trusted for what it saw (COMPLETED always); the
+    scheduler for what happened since, or when the trial could not record it."""
+    for case in CASES:
+        if case.when(seen):
+            return case.state(seen), case
+    raise AssertionError("the last case applies to every trial")
+
+
+def _merge(row: dict[str, Any], status: dict[str, Any] | None,
+           live: LiveTask | None) -> TrialStatus:
+    """One trial's status from its manifest row, status file and live task."""
     attempts = status.get("attempts", []) if status else []
     last = attempts[-1] if attempts else {}
+    task = live.task if live is not None else None
+    job = live.job if live is not None else None
     t = TrialStatus(row["index"], row["id"], row["params"], states.NOT_SUBMITTED,
                     exit_code=status.get("exit_code") if status else None, attempts=len(attempts),
-                    host=last.get("host"), job=f"{key[0]}_{key[1]}" if key else None,
+                    host=last.get("host"), job=job,
                     cause=status.get("cause") if status else None)
-    file_state = status.get("state") if status else None
-    same_job = bool(key) and (last.get("array_job_id"), last.get("array_task_id")) == \
-        (key[0], str(key[1]))
+    ran_in = f"{last.get('array_job_id')}_{last.get('array_task_id')}"
+    seen = Seen(file=status.get("state") if status else None,
+                slurm=task.state if task is not None else None,
+                same_job=job is not None and ran_in == job, owned=job is not None,
+                here=live is not None and live.here)
+    t.state, _ = decide(seen)
     if task is not None:
         t.reason = task.reason if task.reason not in ("None", "") else ""
-    if file_state == states.COMPLETED:
-        t.state = states.COMPLETED
-    elif task is not None and task.state in states.SLURM_ACTIVE:
-        if same_job and file_state == states.REQUEUED:
-            t.state = states.REQUEUED if task.state == "PENDING" else states.from_slurm(task.state)
-        elif same_job and file_state == states.RUNNING:
-            t.state = states.RUNNING
-        elif same_job and file_state in states.FINAL and file_state != states.TERMINATED \
-                and not task.state.startswith(("PENDING", "REQUEUE")):
-            t.state = file_state  # finished; Slurm is still cleaning up
-        else:
-            t.state = states.from_slurm(task.state)
-    elif file_state is not None:
-        t.state = file_state
-        if file_state in (states.RUNNING, states.TERMINATED, states.REQUEUED) and not local_live:
-            # the process is gone: say why, if the scheduler knows
-            t.state = states.from_slurm(task.state) if task is not None else (
-                states.TERMINATED if key is None else states.UNKNOWN)
-    elif key is not None:
-        t.state = states.from_slurm(task.state) if task is not None else states.UNKNOWN
-        if task is not None and task.exit_code is not None:
+        if seen.file is None and seen.owned and not seen.queued and task.exit_code is not None:
             t.exit_code = task.exit_code
-    elif local_live:
-        t.state = states.PENDING
     return t
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-import signal
+from dataclasses import dataclass
 from typing import Any
 
-from . import store
+from . import backends, store
+from .backends.base import Stopped
 from .core import states
-from .backends import slurm
+from .core.fsutil import read_json
 from .errors import UserError
-from .status import collect, pid_alive
+from .status import collect
 
 
 def results_table(root: str, sort_key: str | None = None,
@@ -58,8 +59,6 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     row = find_trial(root, ref)
     if not slurm_log:
         return sweep.output(row["id"])
-    from .core.fsutil import read_json
-
     attempts = (read_json(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
     for attempt in reversed(attempts):
         if "array_job_id" in attempt:
@@ -67,23 +66,30 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
 
 
-def cancel(root: str, dry_run: bool = False) -> dict[str, Any]:
-    """Cancel the sweep's arrays that still have queued or running trials (one scancel).
+@dataclass
+class Cancelled:
+    """What :func:`cancel` stopped (or, with ``dry_run``, would stop), by backend."""
 
-    With ``dry_run``, only say what would be cancelled."""
+    sweep_dir: str
+    stopped: dict[str, list[Stopped]]  # by each backend's cancel_key
+    dry_run: bool
+
+    @property
+    def texts(self) -> list[str]:
+        """What was stopped, for people (``1234``, ``local pid 4321``)."""
+        return [s.text for group in self.stopped.values() for s in group]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sweep_dir": self.sweep_dir,
+                **{key: [s.value for s in group] for key, group in self.stopped.items()},
+                "dry_run": self.dry_run}
+
+
+def cancel(root: str, dry_run: bool = False) -> Cancelled:
+    """Cancel what still runs or waits for the sweep: every backend that submitted some of its
+    trials stops them (Slurm: one scancel). With ``dry_run``, only say what would be cancelled."""
     sweep = store.open_sweep(root)
     current = collect(root)
-    active = {states.PENDING, states.RUNNING, states.REQUEUED}
-    live_jobs = {t.job.split("_")[0] for t in current.trials if t.job and t.state in active}
-    local_pids = [sub["pid"] for sub in store.submissions(sweep)
-                  if sub.get("backend") == "local" and sub.get("pid") and sub["pid"] != os.getpid()
-                  and pid_alive(sub["pid"])]
-    if not dry_run:
-        for pid in local_pids:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-        slurm.cancel(sorted(live_jobs))
-    return {"sweep_dir": sweep.root, "jobs": sorted(live_jobs), "local_pids": local_pids,
-            "dry_run": dry_run}
+    live_jobs = {t.job for t in current.trials if t.job and t.state in states.ACTIVE}
+    stopped = backends.cancel_all(store.submissions(sweep), live_jobs, dry_run)
+    return Cancelled(sweep.root, stopped, dry_run)

@@ -1,4 +1,4 @@
-"""Creating and reading sweep directories (login-node side). Layout: :mod:`slurmkit.layout`."""
+"""Creating and reading sweep directories (login-node side). Layout: :mod:`slurmkit.core.layout`."""
 
 from __future__ import annotations
 
@@ -8,18 +8,19 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from . import __version__
-from .errors import UserError
 from .core.fsutil import atomic_write_json, make_temp_dir, read_json
 from .core.layout import SweepDir
+from .errors import UserError
 
 if TYPE_CHECKING:
-    from .plan import Trials
+    from .plan import Plan
     from .spec import SweepSpec
 
 
 def default_root(spec: SweepSpec) -> str:
     """``OUTPUT_ROOT/NAME-YYYYmmdd-HHMMSS`` (absolute), with a suffix when taken."""
-    base = os.path.abspath(os.path.join(spec.output_root, f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = os.path.abspath(os.path.join(spec.output_root, f"{spec.name}-{stamp}"))
     root, n = base, 1
     while os.path.exists(root):
         n += 1
@@ -27,26 +28,21 @@ def default_root(spec: SweepSpec) -> str:
     return root
 
 
-def sweep_config(spec: SweepSpec, submit_dir: str,
-                 launch: dict[str, list[str]] | None = None) -> dict[str, Any]:
+def sweep_config(plan: Plan) -> dict[str, Any]:
     """What ``sweep.json`` holds: the resolved spec, how trials are launched, and where and by
     what it was made."""
-    if launch is None:
-        from .launch import plan
-
-        launch = plan(spec, submit_dir)
-    return {**spec.to_dict(), "source": spec.source, "submit_dir": submit_dir,
-            "launch": launch, "created": time.time(), "slurmkit_version": __version__}
+    spec = plan.spec
+    return {**spec.to_dict(), "source": spec.source, "submit_dir": plan.submit_dir,
+            "launch": plan.launch, "created": time.time(), "slurmkit_version": __version__}
 
 
-def create(spec: SweepSpec, trials: Trials, root: str,
-           submission: dict[str, Any] | None = None,
-           launch: dict[str, list[str]] | None = None) -> SweepDir:
-    """Write the sweep directory in a temporary sibling and rename it into place.
+def create(plan: Plan, root: str, submission: dict[str, Any] | None = None) -> SweepDir:
+    """Write the sweep directory of ``plan`` in a temporary sibling and rename it into place.
 
     Either the whole directory appears, or nothing does. Raises UserError if ``root`` exists.
     ``submission``, when given, is recorded as submission 0 (a script submitted by hand).
     """
+    assert plan.trials is not None, "a new sweep directory needs the expanded trials"
     root = os.path.abspath(root)
     parent = os.path.dirname(root)
     try:
@@ -60,49 +56,41 @@ def create(spec: SweepSpec, trials: Trials, root: str,
         staging = SweepDir(tmp)
         for sub in (staging.submissions, staging.scripts, staging.logs, staging.trials):
             os.mkdir(sub)
-        atomic_write_json(staging.sweep_json, sweep_config(spec, os.getcwd(), launch),
-                          fsync=False)
+        atomic_write_json(staging.sweep_json, sweep_config(plan), fsync=False)
         with open(staging.spec_yaml, "w", encoding="utf-8") as fh:
-            fh.write(to_yaml(spec))
+            fh.write(to_yaml(plan.spec))
         with open(staging.manifest, "w", encoding="utf-8") as fh:
-            fh.writelines(row + "\n" for row in trials.rows)
+            fh.writelines(row + "\n" for row in plan.trials.rows)
         if submission is not None:
             record_submission(staging, submission)
         os.rename(tmp, root)
     except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(SweepDir(tmp))
         raise
     return SweepDir(root)
 
 
+def remove(sweep: SweepDir) -> None:
+    """Delete a sweep directory that was just created (its submission was refused)."""
+    # shutil imports bz2 and lzma (~3 ms of every submit): only this failure path needs it
+    import shutil
+
+    shutil.rmtree(sweep.root, ignore_errors=True)
+
+
+def update_config(sweep: SweepDir, plan: Plan) -> None:
+    """Store a resumed plan's changed spec and launch in ``sweep.json``."""
+    config = read_json(sweep.sweep_json)
+    atomic_write_json(sweep.sweep_json, {**config, **plan.spec.to_dict(), "launch": plan.launch})
+
+
 def to_yaml(spec: SweepSpec) -> str:
     """The resolved spec as YAML (what ``slurmkit sweep`` would need to rebuild the sweep)."""
+    # PyYAML costs ~12 ms to import: only commands that write a sweep directory pay for it
     import yaml
 
     return yaml.dump(spec.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
                      sort_keys=False, allow_unicode=True)
-
-
-def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) -> SweepDir:
-    """Build ``root`` for a script submitted with plain ``sbatch`` (array ``array_job_id``),
-    tolerating concurrent array tasks doing the same."""
-    from . import plan, spec as spec_mod
-    from .core import arrays
-
-    sweep_spec = spec_mod.load(spec_path)
-    trials = plan.expand(sweep_spec)
-    job = {"job_id": array_job_id, "offset": offset, "array": arrays.compress(range(len(trials))),
-           "script": None}
-    try:
-        return create(sweep_spec, trials, root,
-                      submission={"backend": "slurm", "state": "submitted", "jobs": [job]})
-    except (UserError, OSError):
-        sweep = SweepDir(root)
-        if sweep.exists():  # another task of the array won the race
-            return sweep
-        raise
 
 
 def open_sweep(root: str) -> SweepDir:
@@ -118,7 +106,7 @@ def record_submission(sweep: SweepDir, record: dict[str, Any]) -> int:
     os.makedirs(sweep.submissions, exist_ok=True)
     number = len(os.listdir(sweep.submissions))
     while True:
-        path = os.path.join(sweep.submissions, f"{number:04d}.json")
+        path = _submission_path(sweep, number)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -127,6 +115,29 @@ def record_submission(sweep: SweepDir, record: dict[str, Any]) -> int:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump({"number": number, "time": time.time(), **record}, fh, indent=2)
         return number
+
+
+def update_submission(sweep: SweepDir, number: int, **changes: Any) -> None:
+    """Change fields of submission ``number`` (e.g. its state and job ids once submitted)."""
+    path = _submission_path(sweep, number)
+    atomic_write_json(path, {**read_json(path), **changes})
+
+
+def drop_submission(sweep: SweepDir, number: int) -> None:
+    """Forget submission ``number`` (the scheduler refused it)."""
+    os.unlink(_submission_path(sweep, number))
+
+
+def write_script(sweep: SweepDir, number: int, chunk: int, text: str) -> str:
+    """Keep the batch script of submission ``number``'s ``chunk``; its path."""
+    path = os.path.join(sweep.scripts, f"{number:04d}-{chunk}.sbatch")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
+
+
+def _submission_path(sweep: SweepDir, number: int) -> str:
+    return os.path.join(sweep.submissions, f"{number:04d}.json")
 
 
 def submissions(sweep: SweepDir) -> list[dict[str, Any]]:

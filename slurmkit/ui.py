@@ -7,22 +7,27 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .core.states import FINAL as FINAL_STATES
+from .core import states
 from .status import SweepStatus, wait
+
+if TYPE_CHECKING:
+    from .backends.base import Backend, Submission
+    from .core.layout import SweepDir
+    from .runtime.trial import TrialRun
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
-STYLE = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "REQUEUED": "yellow",
-         "FAILED": "red", "TIMEOUT": "red", "CANCELLED": "magenta", "NODE_FAIL": "red",
-         "TERMINATED": "magenta", "PREEMPTED": "yellow", "UNKNOWN": "dim",
-         "NOT_SUBMITTED": "dim"}
+STYLE = {states.COMPLETED: "green", states.RUNNING: "cyan", states.PENDING: "yellow",
+         states.REQUEUED: "yellow", states.FAILED: "red", states.TIMEOUT: "red",
+         states.CANCELLED: "magenta", states.NODE_FAIL: "red", states.TERMINATED: "magenta",
+         states.PREEMPTED: "yellow", states.UNKNOWN: "dim", states.NOT_SUBMITTED: "dim"}
 ROWS = 25
 
 
@@ -43,26 +48,26 @@ def _trial_bar() -> Progress:
 
 
 class Reporter:
-    """Announces the target and, for the local backend, draws a progress bar over trials."""
+    """Announces the backend and, when trials run here, draws a progress bar over them."""
 
     def __init__(self) -> None:
         self.progress: Progress | None = None
         self.task: Any = None
         self.failed = 0
 
-    def start(self, target: Any, sweep: Any) -> None:
+    def start(self, target: Backend, sweep: SweepDir) -> None:
         if target.note:
             note(target.note)
-        if target.backend == "local":
+        if target.runs_here:
             total = sum(1 for _ in sweep.iter_manifest())
             self.progress = _trial_bar()
             self.task = self.progress.add_task("trials", total=total, extra="")
             self.progress.start()
 
-    def trial_done(self, trial: Any, _index: int) -> None:
+    def trial_done(self, trial: TrialRun, _index: int) -> None:
         if self.progress is None:
             return
-        if trial.status.get("state") not in (None, "COMPLETED"):
+        if trial.status.get("state") not in (None, *states.SUCCESS):
             self.failed += 1
         self.progress.update(self.task, advance=1,
                              extra=f"[red]{self.failed} failed[/red]" if self.failed else "")
@@ -72,8 +77,8 @@ class Reporter:
             self.progress.stop()
 
 
-def print_submission(result: Any) -> None:
-    if result.backend == "local":
+def print_submission(result: Submission) -> None:
+    if result.ran_here:
         failed = sorted(i for i, c in result.exit_codes.items() if c != 0)
         out.print(f"ran {len(result.exit_codes)} trial(s) locally: "
                   f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
@@ -95,11 +100,11 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
         table.add_column(col, overflow="fold" if col == "params" else "ellipsis")
     trials = current.trials
     if not show_all and len(trials) > ROWS:
-        trials = sorted(trials, key=lambda t: t.state == "COMPLETED")[:ROWS]
+        trials = sorted(trials, key=lambda t: t.state in states.SUCCESS)[:ROWS]
         table.caption = f"{ROWS} of {len(current.trials)} rows (unfinished first); --all for every row"
     for t in sorted(trials, key=lambda t: t.index):
         params = " ".join(f"{k}={_short(v, 24)}" for k, v in t.params.items())
-        why = t.cause or (t.reason if t.state == "PENDING" else "")
+        why = t.cause or (t.reason if t.state == states.PENDING else "")
         table.add_row(str(t.index), t.id, f"[{STYLE.get(t.state, '')}]{t.state}[/]", why or "",
                       "" if t.exit_code is None else str(t.exit_code), str(t.attempts),
                       t.host or "", t.job or "", _short(params, 80))
@@ -121,9 +126,9 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
         task = progress.add_task("trials", total=None, extra="")
 
         def show(current: SweepStatus) -> None:
-            done = sum(1 for t in current.trials if t.state in FINAL_STATES)
+            done = sum(1 for t in current.trials if t.state in states.FINAL)
             counts = " ".join(f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
-                              for k, n in current.counts.items() if k != "COMPLETED")
+                              for k, n in current.counts.items() if k not in states.SUCCESS)
             progress.update(task, total=len(current.trials), completed=done, extra=counts)
 
         return wait(fetch, interval, show)
@@ -132,7 +137,7 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
 def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     """The results table; the trial id and an all-COMPLETED state column are left to --json."""
     shown = [c for c in columns if c != "id"
-             and not (c == "state" and all(r.get("state") == "COMPLETED" for r in rows))]
+             and not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))]
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:
         table.add_column(col, overflow="ellipsis", no_wrap=True, min_width=min(len(col), 12),

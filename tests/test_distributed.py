@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from slurmkit.runtime.distributed import RankInfo, first_host, rank_info, tasks_per_node
+from slurmkit.core.rendezvous import first_host
+from slurmkit.runtime.distributed import RankInfo, rank_info, tasks_per_node
 
 # What srun gave task 3 of `sbatch --nodes=2 --ntasks-per-node=2` on the test cluster (job 92).
 SLURM_TASK = {

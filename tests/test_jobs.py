@@ -10,27 +10,18 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from slurmkit import launch, pyxis, spec as spec_mod
+from spec_examples import JOB
+from slurmkit import launch, pyxis, render, spec as spec_mod
+from slurmkit.core import rendezvous
 from slurmkit.errors import SpecError, UserError
 from slurmkit.images import import_image, staged_name
 
-JOB = """
-name: ddp
-command: python train.py --config cfg.yaml
-profile: sunk
-launcher: torchrun
-container:
-  image: nvcr.io/nvidia/pytorch:24.01-py3
-  mounts: [/mnt/data:/data:ro, /mnt/home]
-  env_keep: [WANDB_API_KEY]
-resources: {nodes: 16, gpus_per_node: 8, time: "2-00:00:00", exclusive: true, partition: h100}
-"""
 
 
 def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
     monkeypatch.setenv("SLURMKIT_CONFIG", str(tmp_path / "none.yaml"))
     s = spec_mod.load(str(spec_file(JOB)), job=True)
-    plan = launch.plan(s, "/mnt/home/me/proj")
+    plan = launch.build(s, "/mnt/home/me/proj")
     step = plan["step"]
     assert step[:5] == ["srun", "--kill-on-bad-exit=1", "--nodes=16", "--ntasks=16",
                         "--ntasks-per-node=1"]
@@ -46,31 +37,31 @@ def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
     assert step[-4:] == launch.SELF_CHECK
     assert plan["launcher"][:3] == ["torchrun", "--no-python", "--nnodes={nnodes}"]
     assert "--nproc-per-node=8" in plan["launcher"]
-    filled = launch.fill(plan, {"MASTER_ADDR": "gpu-001", "MASTER_PORT": "12345",
+    filled = rendezvous.fill(plan, {"MASTER_ADDR": "gpu-001", "MASTER_PORT": "12345",
                                 "SLURM_NNODES": "16", "SLURM_JOB_ID": "77"})
     assert "--rdzv-endpoint=gpu-001:12345" in filled and "--nnodes=16" in filled
     assert s.env["NCCL_IB_HCA"] == "ibp"
-    assert s.resources.sbatch_options()[:4] == ["--partition=h100", "--time=2-00:00:00",
+    assert render.resource_options(s.resources)[:4] == ["--partition=h100", "--time=2-00:00:00",
                                                  "--nodes=16", "--cpus-per-task=1"]
 
 
 def test_srun_launcher_one_task_per_gpu_and_no_self_check(spec_file):
     s = spec_mod.load(str(spec_file(JOB.replace("launcher: torchrun", "launcher: srun"))),
                       ["self_check=false"], job=True)
-    step = launch.plan(s, "/w")["step"]
+    step = launch.build(s, "/w")["step"]
     assert "--ntasks-per-node=8" in step and "--ntasks=128" in step
     assert launch.SELF_CHECK[2] not in step
 
 
 def test_plain_single_task_needs_no_step(spec_file):
     s = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\n")))
-    assert launch.plan(s, "/w") == {"step": [], "launcher": []}
+    assert launch.build(s, "/w") == {"step": [], "launcher": []}
 
 
 def test_rendezvous_from_slurm_env():
-    env = launch.rendezvous({"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu-[007-009]"})
+    env = rendezvous.rendezvous({"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu-[007-009]"})
     assert env["MASTER_ADDR"] == "gpu-007" and int(env["MASTER_PORT"]) == 10000 + 4242
-    assert launch.rendezvous({"MASTER_ADDR": "x", "MASTER_PORT": "1"}) == {
+    assert rendezvous.rendezvous({"MASTER_ADDR": "x", "MASTER_PORT": "1"}) == {
         "MASTER_ADDR": "x", "MASTER_PORT": "1"}
 
 
@@ -100,7 +91,7 @@ def test_precedence_profile_user_config_file_cli(spec_file, tmp_path, monkeypatc
     assert s.env["NCCL_IB_HCA"] == "mlx5" and s.env["UCX_TLS"] == "tcp"   # user > profile
     assert s.container is None        # container defaults apply only to specs naming an image
     boxed = spec_mod.load(path, ["container.image=/images/pt.sqsh"])
-    assert boxed.container["mounts"] == ["/mnt/data"] and boxed.container["mount_home"] is False
+    assert boxed.container.mounts == ["/mnt/data"] and boxed.container.mount_home is False
     assert spec_mod.load(path, ["profile=none"]).env == {"NCCL_IB_HCA": "mlx5"}
 
 

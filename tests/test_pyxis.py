@@ -9,7 +9,15 @@ import pytest
 
 from slurmkit import pyxis
 from slurmkit.errors import SpecError
-from slurmkit.pyxis import container_options, enroot_uri, validate_option
+from slurmkit.spec.model import CONTAINER_KEYS
+from slurmkit.core.profiles import PROFILES
+from slurmkit.pyxis import enroot_uri, validate_option
+
+
+def container_options(container, *, submit_dir=None, env_names=(), source=None) -> list[str]:
+    """Validate a container block, then render its srun options."""
+    return pyxis.srun_options(pyxis.parse(container, source), submit_dir=submit_dir,
+                              env_names=env_names, source=source)
 
 
 def render(submit_dir: str = "/mnt/home/me/proj", **container) -> list[str]:
@@ -125,17 +133,17 @@ def test_unmountable_submit_dir_asks_for_a_workdir():
 
 def test_env_names_from_the_script_are_kept_once():
     opts = container_options({"image": "ubuntu", "env_keep": ["A"]}, submit_dir="/x",
-                             env_names=[*pyxis.PROFILES["sunk"], "A"])
+                             env_names=[*PROFILES["sunk"], "A"])
     assert option(opts, "container-env") == \
-        "MASTER_ADDR,MASTER_PORT,A," + ",".join(pyxis.PROFILES["sunk"])
+        "MASTER_ADDR,MASTER_PORT,A," + ",".join(PROFILES["sunk"])
 
 
 def test_sunk_profile():
-    sunk = pyxis.PROFILES["sunk"]
+    sunk = PROFILES["sunk"]
     assert sunk["NCCL_SOCKET_IFNAME"] == "eth0" and sunk["NCCL_IB_HCA"] == "ibp"
     assert sunk["UCX_TLS"] == "tcp" and sunk["PMIX_MCA_gds"] == "^ds12"
-    assert pyxis.PROFILES["sunk-gb200"]["NCCL_MNNVL_ENABLE"] == "1"
-    assert set(sunk) < set(pyxis.PROFILES["sunk-gb200"])
+    assert PROFILES["sunk-gb200"]["NCCL_MNNVL_ENABLE"] == "1"
+    assert set(sunk) < set(PROFILES["sunk-gb200"])
 
 
 def test_name_digest_follows_the_image_not_its_spelling(tmp_path):
@@ -205,7 +213,7 @@ def test_bad_keys(block, key, match):
 
 def test_unknown_key_lists_allowed_keys():
     err = spec_error("unknown key", image="ubuntu", mount=[])
-    assert err.hint == "allowed keys: " + ", ".join(pyxis.CONTAINER_KEYS)
+    assert err.hint == "allowed keys: " + ", ".join(CONTAINER_KEYS)
     assert str(err).startswith("job.yaml: container.mount: unknown key 'mount'")
 
 

@@ -13,6 +13,11 @@ from conftest import ROOT, SLURMKIT, run_cli
 from slurmkit import plan, render, spec as spec_mod, sweep as lib
 
 
+def scripts(s, indices, max_array_size, sweep_dir):
+    return render.scripts(plan.make(s, plan.expand(s), os.getcwd()), indices, max_array_size,
+                          sweep_dir)
+
+
 def test_script_shape_and_no_values_in_text(spec_file):
     s = spec_mod.load(str(spec_file("""
 name: demo
@@ -22,7 +27,7 @@ max_parallel: 3
 resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
 """)))
     trials = plan.expand(s)
-    [(chunk, text)] = lib.render_scripts(s, range(len(trials)), 1001, "/shared/runs/demo-1")
+    [(chunk, text)] = scripts(s, range(len(trials)), 1001, "/shared/runs/demo-1")
     assert text.startswith("#!/bin/bash\n")
     sbatch = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
     assert sbatch == ["#SBATCH --job-name=demo", "#SBATCH --array=0-11%3",
@@ -40,21 +45,21 @@ resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
 
 def test_requeue_can_be_switched_off_and_tuned(spec_file):
     off = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nrequeue: {enabled: false}\n")))
-    text = lib.render_scripts(off, [0], 1001, "/r")[0][1]
+    text = scripts(off, [0], 1001, "/r")[0][1]
     assert "#SBATCH --no-requeue" in text and "trap" not in text and "exec " in text
     tuned = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nresources: {time: 10}\n"
                                         "requeue: {signal: SIGURG, lead: 60, budgets: {timeout: 1}}\n")))
-    text = lib.render_scripts(tuned, [0], 1001, "/r")[0][1]
+    text = scripts(tuned, [0], 1001, "/r")[0][1]
     assert "#SBATCH --signal=B:URG@60" in text and "trap 'slurmkit_forward URG' URG" in text
     assert tuned.requeue.budgets == {"preemption": None, "timeout": 1, "node_failure": 3, "error": 0}
 
 
 def test_split_under_max_array_size(spec_file):
     s = spec_mod.load(str(spec_file("command: x\nparams: {i: 'range(0,23)'}\n")))
-    scripts = lib.render_scripts(s, range(23), 10, "/r")
-    arrays = [next(ln for ln in t.splitlines() if "--array" in ln) for _, t in scripts]
+    split = scripts(s, range(23), 10, "/r")
+    arrays = [next(ln for ln in t.splitlines() if "--array" in ln) for _, t in split]
     assert arrays == ["#SBATCH --array=0-9", "#SBATCH --array=0-9", "#SBATCH --array=0-2"]
-    assert [c.offset for c, _ in scripts] == [0, 10, 20]
+    assert [c.offset for c, _ in split] == [0, 10, 20]
 
 
 def test_dry_run_prints_and_creates_nothing(tmp_path, spec_file):
@@ -84,7 +89,7 @@ def test_large_output_survives_the_quick_exit(tmp_path, spec_file):
 def test_committed_sbatch_scripts_are_fresh(spec_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     rel = os.path.relpath(spec_path, ROOT)
-    expected = lib.render_plain(spec_mod.load(rel, job=True), rel)
+    expected = lib.render_standalone(spec_mod.load(rel, job=True), rel)
     committed = ROOT / "sbatch" / (Path(spec_path).stem + ".sbatch")
     assert committed.exists(), f"{committed} missing: run `make sbatch`"
     assert committed.read_text() == expected, f"{committed} is stale: run `make sbatch`"
@@ -92,7 +97,7 @@ def test_committed_sbatch_scripts_are_fresh(spec_path, monkeypatch):
 
 def test_plain_script_is_self_contained(spec_file):
     s = spec_mod.load(str(spec_file("name: p\ncommand: x\nparams: {i: [1, 2]}\n")))
-    text = lib.render_plain(s, "sweeps/p.yaml")
+    text = lib.render_standalone(s, "sweeps/p.yaml")
     assert "--spec sweeps/p.yaml" in text
     assert "sbatch-$SLURM_ARRAY_JOB_ID" in text
-    assert f"PY=${{SLURMKIT_PYTHON:-{render.PLAIN_PYTHON}}}" in text
+    assert f"PY=${{SLURMKIT_PYTHON:-{render.STANDALONE_PYTHON}}}" in text

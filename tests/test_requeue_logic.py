@@ -66,8 +66,8 @@ def _sweep_with_vanished_attempt(tmp_path, spec_file, budget: int):
     s = spec_mod.load(str(spec_file(f"command: [/bin/true]\nargs: none\nparams: {{a: [1]}}\n"
                                     f"requeue: {{budgets: {{node_failure: {budget}}}}}\n")))
     trials = plan.expand(s)
-    sweep = store.create(s, trials, str(tmp_path / "sweep"))
     import os
+    sweep = store.create(plan.make(s, trials, os.getcwd()), str(tmp_path / "sweep"))
     os.makedirs(sweep.trial(trials[0].id))
     atomic_write_json(sweep.status(trials[0].id), {
         "id": trials[0].id, "index": 0, "state": "RUNNING",

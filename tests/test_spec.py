@@ -6,33 +6,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_cli
-from slurmkit import spec as spec_mod
+from spec_examples import BAD_INPUT, GOOD
+from slurmkit import render, spec as spec_mod
 from slurmkit.errors import SpecError
-from slurmkit.overrides import Distribution, Choice
+from slurmkit.core.values import Choice, Distribution
 
-GOOD = """
-name: demo
-command: python train.py --epochs 3
-params:
-  lr: [0.1, 0.01]
-  optim:
-    momentum: 0.9,0.95
-  layers: range(1,4)
-  act: choice(relu,gelu)
-  wd: loguniform(1e-5, 1e-2)
-  tag: base
-num_samples: 2
-seed: 3
-max_parallel: 4
-resources:
-  partition: low
-  time: "1:00:00"
-  cpus: 2
-  gpus: 1
-  mem: 4G
-  extra: {exclusive: true, comment: run42}
-env: {OMP_NUM_THREADS: 1}
-"""
 
 
 def test_good_spec_loads(spec_file):
@@ -45,7 +23,7 @@ def test_good_spec_loads(spec_file):
     assert s.params["act"] == Choice(("relu", "gelu"))
     assert s.params["wd"] == Distribution("loguniform", 1e-5, 1e-2)
     assert s.params["tag"] == "base"
-    assert s.resources.sbatch_options() == [
+    assert render.resource_options(s.resources) == [
         "--partition=low", "--time=1:00:00", "--nodes=1", "--cpus-per-task=2",
         "--gpus-per-node=1", "--mem=4G", "--exclusive", "--comment=run42"]
     assert s.env == {"OMP_NUM_THREADS": "1"}
@@ -69,29 +47,7 @@ def test_round_trip_through_dict(spec_file):
     assert again.params == s.params and again.resources == s.resources
 
 
-@pytest.mark.parametrize("body,overrides,key,needle", [
-    ("command: x\nparams: {a: [1]}\nbogus: 1\n", [], "bogus", "allowed keys"),
-    ("command: x\nparams: {a: [1]}\nresources: {gpu: 1}\n", [], "resources.gpu", "allowed keys"),
-    ("command: x\nparams: {a: [1]}\nmax_parallel: many\n", [], "max_parallel", "expected int"),
-    ("command: x\nparams: {a: []}\n", [], "params.a", "empty search space"),
-    ("command: x\nparams: {}\n", [], "params", "empty search space"),
-    ("command: x\nparams: {a: 'range(3,3)'}\n", [], "params.a", "empty search space"),
-    ("command: x\nparams: {a: [1]}\nresources: {time: '1:2:3:4'}\n", [], "resources.time", "D-HH:MM:SS"),
-    ("command: x\nparams: {a: [1]}\n", ["resources.time=soon"], "resources.time", "D-HH:MM:SS"),
-    ("command: x\nparams: {a: [1]}\nargs: posix\n", [], "args", "hydra, argparse, none"),
-    ("params: {a: [1]}\n", [], "command", "required"),
-    ("command: x\nparams: {a: [1]}\nname: 'bad name'\n", [], "name", "not a valid name"),
-    ("command: x\nparams: {a: [1]}\nresources: {partition: 'a b'}\n", [], "resources.partition", "whitespace"),
-    ("command: x\nparams: {a: [1]}\nresources: {extra: {array: 1-3}}\n", [], "resources.extra.array", "sets this option"),
-    ("command: x\nparams: {a: [1]}\nresources: {mem: lots}\n", [], "resources.mem", "memory size"),
-    ("command: x\nparams: {a: 'uniform(2, 1)'}\n", [], "params.a", "cannot read"),
-    ("command: x\nparams: {a: [1]}\nnum_samples: 3\n", [], "num_samples", "random parameter"),
-    ("command: x\nparams: {a: [1]}\n", ["resources.time=1:00,2:00"], "resources.time", "only params"),
-    ("command: x\nparams: {a: [1]}\nrequeue: {signal: KILL}\n", [], "requeue.signal", "USR2, USR1"),
-    ("command: x\nparams: {a: [1]}\nresources: {time: 2}\nrequeue: {lead: 120}\n", [], "requeue.lead", "shorter"),
-    ("command: x\nparams: {a: [1]}\nrequeue: {budgets: {oom: 1}}\n", [], "requeue.budgets.oom", "preemption, timeout"),
-    ("command: x\nparams: {a: [1]}\nrequeue: {budgets: {timeout: -1}}\n", [], "requeue.budgets.timeout", "count >= 0"),
-])
+@pytest.mark.parametrize("body,overrides,key,needle", BAD_INPUT)
 def test_bad_input_names_file_and_key(spec_file, body, overrides, key, needle):
     path = spec_file(body)
     with pytest.raises(SpecError) as info:

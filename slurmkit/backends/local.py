@@ -7,13 +7,80 @@ import os
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from .. import store
+from ..core.arrays import compress, expand_array_spec
 from ..core.fsutil import read_json
 from ..core.layout import SweepDir
+from ..errors import UserError
 from ..runtime.trial import TrialRun
+from .base import Backend, LiveTask, Progress, Stopped, Submission
 
-Progress = Callable[[TrialRun, int], None]
+if TYPE_CHECKING:
+    from ..plan import Chunk, Plan
+    from ..spec import SweepSpec
+
+
+class LocalBackend(Backend):
+    """Trials as processes of this machine, ``max_parallel`` at a time; the submit call
+    returns when they have ended."""
+
+    name = "local"
+    needs = "nothing"
+    where = "on this machine"
+    cancel_key = "local_pids"
+    runs_here = True
+    sticky = False
+
+    def check(self, spec: SweepSpec) -> None:
+        if spec.container is not None:
+            raise UserError("container trials need Slurm with pyxis; the local backend runs none",
+                            key="--backend", hint="submit from a login node of the cluster")
+
+    def submit(self, sweep: SweepDir, plan: Plan, indices: list[int],
+               scripts: Sequence[tuple[Chunk, str]], on_done: Progress | None) -> Submission:
+        store.record_submission(sweep, {"backend": self.name, "pid": os.getpid(),
+                                        "indices": compress(indices)})
+        result = Submission(sweep.root, self.name, plan.total, indices, note=self.note,
+                            ran_here=True)
+        result.exit_codes = run(sweep, indices, max_parallel=plan.spec.max_parallel,
+                                on_done=on_done)
+        return result
+
+    def indices(self, record: dict[str, Any]) -> list[int]:
+        return expand_array_spec(record["indices"]) if record.get("indices") else []
+
+    def live(self, records: Sequence[dict[str, Any]], owned: set[int],
+             ask: set[int]) -> dict[int, LiveTask]:
+        alive: dict[int, bool] = {}
+        for record in records:
+            here = pid_alive(record.get("pid"))
+            alive.update((i, here) for i in self.indices(record))
+        return {i: LiveTask(None, None, here) for i, here in alive.items() if i in owned}
+
+    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
+               dry_run: bool) -> list[Stopped]:
+        pids = [r["pid"] for r in records
+                if r.get("pid") and r["pid"] != os.getpid() and pid_alive(r["pid"])]
+        if not dry_run:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return [Stopped(self.cancel_key, pid, f"local pid {pid}") for pid in pids]
+
+
+def pid_alive(pid: int | None) -> bool:
+    """A process with this pid exists here and has not exited (a zombie has)."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def default_parallel() -> int:

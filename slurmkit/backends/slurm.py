@@ -8,20 +8,106 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from .. import store
+from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..errors import SchedulerError, UserError
-from ..core.arrays import expand_array_spec
+from .base import Backend, LiveTask, Progress, Stopped, Submission, TaskState
 
-DEFAULT_MAX_ARRAY_SIZE = 1001
+if TYPE_CHECKING:
+    from ..core.layout import SweepDir
+    from ..plan import Chunk, Plan
+    from ..spec import SweepSpec
 
 
-class TaskState(NamedTuple):
-    """What the scheduler says about one array task."""
+class SlurmBackend(Backend):
+    """Trials as ``sbatch`` job arrays, one per chunk of trials under MaxArraySize; with
+    ``max_parallel``, each array waits for the one before it."""
 
-    state: str          # Slurm's state word, e.g. PENDING, RUNNING, COMPLETED, CANCELLED
-    reason: str = ""
-    exit_code: int | None = None
+    name = "slurm"
+    needs = "sbatch on PATH and a Slurm controller that answers"
+    where = "on the Slurm cluster"
+    cancel_key = "jobs"
+    runs_here = False
+    sticky = True
+
+    @classmethod
+    def absent(cls) -> str:
+        return "" if available() else "no sbatch on PATH"
+
+    @classmethod
+    def probe(cls, timeout: float) -> _ConfigProbe:
+        return _ConfigProbe(start_config(timeout))
+
+    def check(self, spec: SweepSpec) -> None:
+        if spec.container is not None and not has_pyxis():
+            raise UserError("this cluster has no pyxis: srun does not know --container-image",
+                            file=spec.source, key="container",
+                            hint="pyxis (NVIDIA's SPANK plugin for enroot) must be installed on "
+                                 "the cluster, or leave out the container block")
+
+    def submit(self, sweep: SweepDir, plan: Plan, indices: list[int],
+               scripts: Sequence[tuple[Chunk, str]], on_done: Progress | None) -> Submission:
+        """One ``sbatch`` per chunk; on a refusal, the arrays already submitted are cancelled
+        and the submission record is removed."""
+        result = Submission(sweep.root, self.name, plan.total, indices, note=self.note)
+        number = store.record_submission(sweep, {"backend": self.name, "state": "submitting",
+                                                 "jobs": []})
+        jobs: list[dict[str, Any]] = []
+        try:
+            for c, (chunk, text) in enumerate(scripts):
+                path = store.write_script(sweep, number, c, text)
+                dependency = f"afterany:{jobs[-1]['job_id']}" if jobs and plan.spec.max_parallel \
+                    else None
+                jobs.append({"job_id": sbatch(path, dependency=dependency), "offset": chunk.offset,
+                             "array": chunk.array_spec(), "script": path})
+                result.scripts.append(text)
+        except UserError:
+            if jobs:
+                cancel(j["job_id"] for j in jobs)
+            store.drop_submission(sweep, number)
+            raise
+        store.update_submission(sweep, number, state="submitted", jobs=jobs)
+        result.jobs = jobs
+        return result
+
+    def indices(self, record: dict[str, Any]) -> list[int]:
+        return [job["offset"] + task for job in record.get("jobs", [])
+                for task in expand_array_spec(job["array"])]
+
+    def live(self, records: Sequence[dict[str, Any]], owned: set[int],
+             ask: set[int]) -> dict[int, LiveTask]:
+        tasks: dict[int, tuple[str, int]] = {}
+        for record in records:
+            for job in record.get("jobs", []):
+                for task in expand_array_spec(job["array"]):
+                    tasks[job["offset"] + task] = (job["job_id"], task)
+        jobs = {tasks[i][0] for i in ask if i in tasks}
+        answer = query(jobs) if jobs and available() else {}
+        return {i: LiveTask(f"{job}_{task}", answer.get((job, task)), False)
+                for i, (job, task) in tasks.items() if i in owned}
+
+    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
+               dry_run: bool) -> list[Stopped]:
+        ours = {job["job_id"] for record in records for job in record.get("jobs", [])}
+        arrays = sorted({job.split("_")[0] for job in live_jobs} & ours)
+        if not dry_run:
+            cancel(arrays)
+        return [Stopped(self.cancel_key, job, job) for job in arrays]
+
+
+class _ConfigProbe:
+    """The controller asked for its configuration; :meth:`result` reads MaxArraySize."""
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+
+    def result(self) -> SlurmBackend:
+        return SlurmBackend(max_array_size=max_array_size(read_config(self.command)))
+
+    def cancel(self) -> None:
+        self.command.kill()
 
 
 def available(tool: str = "sbatch") -> bool:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+# Slurm's default MaxArraySize: array task ids stay below it.
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
 
 def compress(indices: Iterable[int]) -> str:
     """``[0,1,2,5,7,8]`` -> ``"0-2,5,7-8"`` (repeats dropped)."""

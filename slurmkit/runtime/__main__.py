@@ -24,10 +24,6 @@ def _task(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     sweep = SweepDir(os.path.abspath(root))
-    if args.spec and not sweep.exists():
-        from ..store import init_from_spec  # login-node code, only for plain-sbatch scripts
-
-        init_from_spec(args.spec, sweep.root, os.environ.get("SLURM_ARRAY_JOB_ID", ""), args.offset)
     index = args.offset + int(task_id)
     try:
         run = TrialRun(sweep, index, under_slurm="SLURM_JOB_ID" in os.environ)
@@ -50,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     task = sub.add_parser("task", help="run the trial of this array task")
     task.add_argument("--offset", type=int, default=0, help="trial index of array task 0")
-    task.add_argument("--spec", help="build the sweep directory from this spec if missing")
     args = parser.parse_args(argv)
     return _task(args)
 

@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-PORT_BASE = 10000
-PORT_SPAN = 50000
+from ..core.rendezvous import first_host, job_port
+
 DEFAULT_PORT = 29500  # torch's own default, for a master given without a port
 
 
@@ -43,23 +43,6 @@ class RankInfo:
     master_addr: str
     master_port: int
     device: str = "cpu"
-
-
-def job_port(job_id: str) -> int:
-    """The rendezvous port of a Slurm job: the same on every node, different for other jobs."""
-    return PORT_BASE + int(job_id) % PORT_SPAN
-
-
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm host list, as ``scontrol show hostnames`` lists it:
-    ``gpu-[007-009,012],cpu1`` -> ``gpu-007``."""
-    depth, end = 0, len(nodelist)
-    for i, ch in enumerate(nodelist):
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            end = i
-            break
-    return re.sub(r"\[([^\],-]+)[^\]]*\]", r"\1", nodelist[:end].strip())
 
 
 def tasks_per_node(spec: str) -> list[int]:

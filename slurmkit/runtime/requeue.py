@@ -78,14 +78,14 @@ def classify(signals: Sequence[str], requeue_signal: str, info: dict[str, str], 
     state = info.get("JobState", "")
     if any(word in info.get("NodeState", "") for word in ("DOWN", "FAIL")):
         return "node_failure"
-    if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED"):
-        return {"TIMEOUT": "timeout", "NODE_FAIL": "node_failure"}.get(state, "preemption")
+    if state in (states.TIMEOUT, states.NODE_FAIL, states.PREEMPTED):
+        return {states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failure"}.get(state, "preemption")
     if info.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return "preemption"
     if int(info.get("Restarts", restarts) or 0) > restarts:
         # Slurm itself requeued the job: on a node failure it is PENDING at once; after an
         # external `scontrol requeue` (an admin, SUNK before a drain) it is still COMPLETING
-        return "node_failure" if state == "PENDING" else "preemption"
+        return "node_failure" if state == states.SLURM_PENDING else "preemption"
     limit, ran = _seconds(info.get("TimeLimit", "")), _seconds(info.get("RunTime", ""))
     if requeue_signal in signals:
         end = _epoch(info.get("EndTime", ""))

@@ -26,7 +26,8 @@ from typing import Any
 from ..core import states
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.layout import SweepDir
-from ..overrides import format_value
+from ..core.rendezvous import fill, rendezvous
+from ..core.values import format_value
 from . import requeue
 from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
 
@@ -112,8 +113,6 @@ class TrialRun:
                ENV_SIGNAL: self.requeue_signal}
         launch = cfg.get("launch") or {}
         if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
-            from ..launch import fill, rendezvous
-
             env.update(rendezvous(env))
             argv = fill(launch, env) + argv
         cwd = cfg.get("workdir") or cfg.get("submit_dir") or None

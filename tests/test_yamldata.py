@@ -1,5 +1,5 @@
-"""The spec's plain-data path (no omegaconf) against omegaconf's: the same specs, the same
-merged and overridden keys, the same errors; anything not plain goes to omegaconf."""
+"""The spec's data path (no omegaconf) against omegaconf's: the same specs, the same merged and
+overridden keys, the same errors; anything else goes to omegaconf."""
 
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf._utils import get_yaml_loader
 
-import test_jobs
-import test_spec
-from slurmkit import plainconf, spec as spec_mod
+from slurmkit import spec as spec_mod
 from slurmkit.errors import SpecError
+from slurmkit.spec import layers, yamldata
+from spec_examples import BAD_INPUT, GOOD, JOB
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = sorted(str(p) for p in (ROOT / "sweeps").glob("*.yaml"))
-BAD_TABLE = next(m for m in test_spec.test_bad_input_names_file_and_key.pytestmark
-                 if m.name == "parametrize").args[1]
 
 USER_CONFIGS = {
     "none": None,
@@ -36,8 +34,8 @@ USER_CONFIGS = {
 }
 
 BODIES = [
-    test_spec.GOOD,
-    test_jobs.JOB,
+    GOOD,
+    JOB,
     "command: x\nparams: {a: [1]}\n",
     "name: n\ncommand: [python, t.py, 3]\nparams:\n  a: 1e-5\n  b: [1_000, 0x1f, 0o17, .5, 1.]\n"
     "  c: [yes, no, on, off, ~, null, 2001-12-14, '2001-12-14', 1:30, 1.5e3]\n  d: {e: {f: 'x,y'}}\n",
@@ -106,25 +104,25 @@ def _deep(value):
 
 def _omegaconf_only(monkeypatch):
     def refuse(*_args):
-        raise plainconf.NotPlain("refused")
+        raise yamldata.NeedsOmegaConf("refused")
 
-    monkeypatch.setattr(plainconf, "load", refuse)
+    monkeypatch.setattr(yamldata, "load", refuse)
 
 
 def _compare(path, overrides, monkeypatch):
-    """Both paths give the same spec or error; return whether the plain path had the answer."""
-    plain = _outcome(spec_mod._resolve_plain, path, overrides)
+    """Both paths give the same spec or error; return whether the data path had the answer."""
+    data = _outcome(layers.resolve_data, path, overrides)
     fast = _outcome(spec_mod.load, path, overrides)
     with monkeypatch.context() as m:
         _omegaconf_only(m)
         slow = _outcome(spec_mod.load, path, overrides)
-        reference = _outcome(spec_mod._resolve, path, overrides)
+        reference = _outcome(layers.resolve_omegaconf, path, overrides)
     assert fast == slow
     if fast[0] == "ok":
         assert fast[1].params_text == slow[1].params_text
-    if plain[0] == "ok":  # whatever the plain path gives, omegaconf gives it too
-        assert reference[0] == "ok" and _deep(plain[1][0]) == _deep(reference[1][0])
-    return plain[0] == "ok" or plain[1][0] is SpecError
+    if data[0] == "ok":  # whatever the data path gives, omegaconf gives it too
+        assert reference[0] == "ok" and _deep(data[1][0]) == _deep(reference[1][0])
+    return data[0] == "ok" or data[1][0] is SpecError
 
 
 @pytest.mark.parametrize("user,overrides", [
@@ -141,9 +139,9 @@ def test_bodies_both_paths(tmp_path, monkeypatch, user, overrides):
 
 
 @pytest.mark.parametrize("path", SWEEPS + ["bad-table"])
-def test_shipped_and_test_specs_take_the_plain_path(tmp_path, monkeypatch, path):
+def test_shipped_and_test_specs_take_the_data_path(tmp_path, monkeypatch, path):
     cases = [(path, [])] if path != "bad-table" else []
-    for n, (body, overrides, *_) in enumerate(BAD_TABLE if path == "bad-table" else []):
+    for n, (body, overrides, *_) in enumerate(BAD_INPUT if path == "bad-table" else []):
         (tmp_path / f"b{n}.yaml").write_text(body)
         cases.append((str(tmp_path / f"b{n}.yaml"), overrides))
     for spec_path, overrides in cases:
@@ -152,7 +150,7 @@ def test_shipped_and_test_specs_take_the_plain_path(tmp_path, monkeypatch, path)
         assert _compare(path, ["resources.time=1:00:00", "resources.partition=low"], monkeypatch)
 
 
-def test_plain_specs_do_not_import_omegaconf(tmp_path):
+def test_data_specs_do_not_import_omegaconf(tmp_path):
     import subprocess
     import sys
 
@@ -166,17 +164,17 @@ def test_plain_specs_do_not_import_omegaconf(tmp_path):
 
 def test_loader_is_omegaconfs():
     theirs = get_yaml_loader()
-    assert plainconf.Loader.yaml_implicit_resolvers == theirs.yaml_implicit_resolvers
+    assert yamldata.Loader.yaml_implicit_resolvers == theirs.yaml_implicit_resolvers
     pathlib_tags = {t for t in theirs.yaml_constructors if "pathlib" in str(t)}
     assert len(pathlib_tags) == 3
     assert {t: c for t, c in theirs.yaml_constructors.items() if t not in pathlib_tags} == \
-        plainconf.Loader.yaml_constructors
+        yamldata.Loader.yaml_constructors
     docs = ["a: 1e-5\nb: 1.5\nc: .inf\nd: 2001-12-14\ne: 1:20\nf: 0x10\ng: [on, y, ~]\n",
             "a: {b: &x [1, {c: 2}], d: *x}\n", "a: !!set {x, y}\n"]
     for doc in docs:
-        assert yaml.load(doc, Loader=plainconf.Loader) == yaml.load(doc, Loader=theirs)
+        assert yaml.load(doc, Loader=yamldata.Loader) == yaml.load(doc, Loader=theirs)
     with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key a"):
-        yaml.load("a: 1\na: 2\n", Loader=plainconf.Loader)
+        yaml.load("a: 1\na: 2\n", Loader=yamldata.Loader)
 
 
 def _tree(rng: random.Random, depth: int = 0) -> dict:
@@ -204,13 +202,13 @@ def test_merge_update_delete_match_omegaconf_on_random_trees():
         ops = [(rng.choice(["set", "del"]), ".".join(rng.choices("abcd", k=rng.randint(1, 3))),
                 _value(rng, 2)) for _ in range(rng.randint(0, 3))]
         try:
-            ours = plainconf.merge(*(plainconf.plain(layer) for layer in layers))
+            ours = yamldata.merge(*(yamldata.as_data(layer) for layer in layers))
             for op, key, value in ops:
                 if op == "set":
-                    plainconf.update(ours, key, value)
+                    yamldata.update(ours, key, value)
                 else:
-                    plainconf.delete(ours, key)
-        except plainconf.NotPlain:
+                    yamldata.delete(ours, key)
+        except yamldata.NeedsOmegaConf:
             continue
         theirs = OmegaConf.merge(*map(OmegaConf.create, layers))
         for op, key, value in ops:

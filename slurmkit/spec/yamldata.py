@@ -1,11 +1,12 @@
-"""Spec layers as plain data: what omegaconf makes of them, without importing omegaconf.
+"""Spec layers as Python data: what omegaconf makes of them, without importing omegaconf.
 
 Specs, the user config and the overrides are loaded, merged and updated here when everything is
-plain data: string keys; strings, ints, floats, booleans, nulls, lists and mappings; no ``${``
-interpolation and no ``???``; merges and updates that keep each value's kind (mapping, list or
-scalar). Then the result is the one omegaconf gives. Anything else raises :class:`NotPlain`, and
-:mod:`slurmkit.spec` lets omegaconf decide (the result, or the error message).
-``tests/test_plainconf.py`` checks both paths against each other.
+data omegaconf would not change: string keys; strings, ints, floats, booleans, nulls, lists and
+mappings; no ``${`` interpolation and no ``???``; merges and updates that keep each value's kind
+(mapping, list or scalar); well-formed UTF-8 YAML. Then the result is the one omegaconf gives.
+Anything else raises :class:`NeedsOmegaConf`, and :mod:`slurmkit.spec.layers` lets omegaconf
+decide (the result, or the error message). ``tests/test_yamldata.py`` checks both paths against
+each other.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 import yaml
 
 
-class NotPlain(Exception):
-    """The input needs omegaconf."""
+class NeedsOmegaConf(Exception):
+    """The input needs omegaconf (to resolve it, or to word its error)."""
 
 
 class Loader(yaml.SafeLoader):
@@ -62,35 +63,38 @@ Loader.yaml_implicit_resolvers = {
 def load(path: str) -> dict[str, Any]:
     """The mapping in the YAML file ``path`` (``{}`` when empty), as ``OmegaConf.load`` +
     ``OmegaConf.to_container`` give it."""
-    with io.open(os.path.abspath(path), "r", encoding="utf-8") as fh:
-        data = yaml.load(fh, Loader=Loader)
+    try:
+        with io.open(os.path.abspath(path), "r", encoding="utf-8") as fh:
+            data = yaml.load(fh, Loader=Loader)
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # omegaconf words the error
+        raise NeedsOmegaConf(str(exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise NotPlain("not a mapping")
-    return plain(data)
+        raise NeedsOmegaConf("not a mapping")
+    return as_data(data)
 
 
-def plain(value: Any) -> Any:
-    """A copy of ``value`` that shares nothing with it (YAML aliases do); NotPlain when it is not
-    plain data."""
+def as_data(value: Any) -> Any:
+    """A copy of ``value`` that shares nothing with it (YAML aliases do); NeedsOmegaConf when
+    omegaconf would read it differently."""
     kind = type(value)
     if kind is dict:
         out = {}
         for key, item in value.items():
             if type(key) is not str:
-                raise NotPlain(f"key {key!r}")
-            out[plain(key)] = plain(item)
+                raise NeedsOmegaConf(f"key {key!r}")
+            out[as_data(key)] = as_data(item)
         return out
     if kind is list:
-        return [plain(item) for item in value]
+        return [as_data(item) for item in value]
     if kind is str:
         if "${" in value or value == "???":
-            raise NotPlain(value)
+            raise NeedsOmegaConf(value)
         return value
     if value is None or kind in (int, float, bool):
         return value
-    raise NotPlain(kind.__name__)
+    raise NeedsOmegaConf(kind.__name__)
 
 
 def _kind(value: Any) -> type:
@@ -109,28 +113,35 @@ def merge(*layers: dict[str, Any]) -> dict[str, Any]:
 def _merge_into(dest: dict[str, Any], src: dict[str, Any]) -> None:
     for key, value in src.items():
         if key in dest and _kind(dest[key]) is not _kind(value):
-            raise NotPlain(f"{key}: a mapping, a list and a scalar merged into each other")
+            raise NeedsOmegaConf(f"{key}: a mapping, a list and a scalar merged into each other")
         if key in dest and type(value) is dict:
             _merge_into(dest[key], value)
         else:
-            dest[key] = plain(value)
+            dest[key] = as_data(value)
 
 
-def update(cfg: dict[str, Any], key: str, value: Any) -> None:
-    """``OmegaConf.update(cfg, key, value, merge=False, force_add=True)``: a missing or scalar
-    parent becomes ``{}``; the value replaces what was there."""
+def parent(cfg: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
+    """The mapping that holds the dotted ``key``'s last part, and that part: missing or scalar
+    mappings on the way become ``{}`` (NeedsOmegaConf for a list on the way)."""
     *parents, leaf = key.split(".")
     node = cfg
     for part in parents:
         child = node.get(part)
         if type(child) is list:
-            raise NotPlain(f"{key}: a list on the way")
+            raise NeedsOmegaConf(f"{key}: a list on the way")
         if type(child) is not dict:
             child = node[part] = {}
         node = child
+    return node, leaf
+
+
+def update(cfg: dict[str, Any], key: str, value: Any) -> None:
+    """``OmegaConf.update(cfg, key, value, merge=False, force_add=True)``: a missing or scalar
+    parent becomes ``{}``; the value replaces what was there."""
+    node, leaf = parent(cfg, key)
     if leaf in node and _kind(node[leaf]) is not _kind(value):
-        raise NotPlain(f"{key}: a mapping, a list and a scalar set over each other")
-    node[leaf] = plain(value)
+        raise NeedsOmegaConf(f"{key}: a mapping, a list and a scalar set over each other")
+    node[leaf] = as_data(value)
 
 
 def delete(cfg: dict[str, Any], key: str) -> None:
@@ -140,7 +151,7 @@ def delete(cfg: dict[str, Any], key: str) -> None:
     for part in parents:
         node = node.get(part)
         if type(node) is not dict:
-            raise NotPlain(f"{key}: no mapping on the way")
+            raise NeedsOmegaConf(f"{key}: no mapping on the way")
     if leaf not in node:
-        raise NotPlain(f"{key}: not there")
+        raise NeedsOmegaConf(f"{key}: not there")
     del node[leaf]

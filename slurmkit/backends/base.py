@@ -1,0 +1,141 @@
+"""The backend interface: what every backend does, and the records it returns."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
+
+from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE
+
+if TYPE_CHECKING:
+    from ..core.layout import SweepDir
+    from ..plan import Chunk, Plan
+    from ..runtime.trial import TrialRun
+    from ..spec import SweepSpec
+
+Progress = Callable[["TrialRun", int], None]  # called as each trial that runs here ends
+
+
+class TaskState(NamedTuple):
+    """What the scheduler says about one task."""
+
+    state: str          # Slurm's state word, e.g. PENDING, RUNNING, COMPLETED, CANCELLED
+    reason: str = ""
+    exit_code: int | None = None
+
+
+class LiveTask(NamedTuple):
+    """Who runs a trial now, from its latest submission: ``job`` is the scheduler's name for
+    the task (``1234_5``; ``None`` when it runs on this machine), ``task`` the scheduler's
+    answer (``None`` when it no longer knows the job), ``here`` a live process of this machine
+    runs it."""
+
+    job: str | None
+    task: TaskState | None
+    here: bool
+
+
+class Stopped(NamedTuple):
+    """One thing :meth:`Backend.cancel` stopped (or would stop): ``key`` groups it in the
+    ``--json`` output, ``text`` shows it to people."""
+
+    key: str
+    value: Any
+    text: str
+
+
+@dataclass
+class Submission:
+    """What one ``sweep`` or ``--resume`` did (or, with ``dry_run``, would do)."""
+
+    sweep_dir: str
+    backend: str
+    trials: int
+    indices: list[int]
+    scripts: list[str] = field(default_factory=list)      # rendered script texts
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    exit_codes: dict[int, int] = field(default_factory=dict)  # trials that ran here
+    note: str = ""
+    dry_run: bool = False
+    ran_here: bool = field(default=False, repr=False)  # the trials ran (and ended) here
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k not in ("scripts", "ran_here")}
+        out["submitted"] = len(self.indices)
+        return out
+
+
+class Probe(Protocol):
+    """A backend being asked whether it can run trials now (e.g. its controller answers)."""
+
+    def result(self) -> Backend:
+        """The backend, ready; SchedulerError when it cannot run trials now."""
+
+    def cancel(self) -> None:
+        """Stop asking: the answer is no longer wanted."""
+
+
+class Ready:
+    """The probe of a backend with nothing to ask."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def result(self) -> Backend:
+        return self.backend
+
+    def cancel(self) -> None:
+        pass
+
+
+class Backend(ABC):
+    """One place trials run. Instances come from :func:`choose` (probed: ready to submit) or
+    :func:`get` (unprobed: reading and cancelling what records say needs no probe)."""
+
+    name: ClassVar[str]
+    needs: ClassVar[str]         # what it needs to be chosen, in words
+    where: ClassVar[str]         # where its trials run, in words ("on this machine")
+    cancel_key: ClassVar[str]    # the --json key of what cancel stops
+    runs_here: ClassVar[bool]    # trials run (and end) within the submit call
+    sticky: ClassVar[bool]       # a resume without --backend comes back here (else: auto)
+
+    def __init__(self, *, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, note: str = "") -> None:
+        self.max_array_size = max_array_size  # array task ids stay below it
+        self.note = note                      # why it was chosen, for people
+
+    @classmethod
+    def absent(cls) -> str:
+        """Why it cannot be chosen without asking (e.g. no ``sbatch`` on PATH); "" if it can."""
+        return ""
+
+    @classmethod
+    def probe(cls, timeout: float) -> Probe:
+        """Start asking whether it can run trials now (SchedulerError when it cannot even ask)."""
+        return Ready(cls())
+
+    def check(self, spec: SweepSpec) -> None:
+        """Raise UserError when it cannot run ``spec``'s trials (before anything is created)."""
+
+    @abstractmethod
+    def submit(self, sweep: SweepDir, plan: Plan, indices: list[int],
+               scripts: Sequence[tuple[Chunk, str]], on_done: Progress | None) -> Submission:
+        """Submit trials ``indices`` of ``plan`` (``scripts``: the rendered script of each
+        chunk), record the submission in the sweep directory, and say what was done."""
+
+    @abstractmethod
+    def indices(self, record: dict[str, Any]) -> list[int]:
+        """The trial indices that one of its submission records submitted."""
+
+    @abstractmethod
+    def live(self, records: Sequence[dict[str, Any]], owned: set[int],
+             ask: set[int]) -> dict[int, LiveTask]:
+        """``{index: LiveTask}`` for the ``owned`` trials (whose latest submission is among its
+        ``records``, oldest first), from ONE query that asks about the ``ask`` trials only."""
+
+    @abstractmethod
+    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
+               dry_run: bool) -> list[Stopped]:
+        """Stop what still runs or waits for the sweep (``live_jobs``: the
+        :attr:`LiveTask.job` of its trials that are queued or running). Returns what was (or,
+        with ``dry_run``, would be) stopped."""

@@ -1,0 +1,53 @@
+"""Where a multi-node trial meets: the first node and a port from the job id, and the launch
+argv with those values filled in (on the first node, by the runtime; as placeholders in a
+rendered script's comments).
+
+``sweep.json`` stores a launch as ``{"step": [...], "launcher": [...]}``: ``step`` is the
+``srun`` prefix, ``launcher`` (e.g. ``torchrun``) may hold the tokens ``{master_addr}``,
+``{master_port}``, ``{nnodes}`` and ``{job_id}``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+PORT_BASE = 10000
+PORT_SPAN = 50000
+
+
+def job_port(job_id: str) -> int:
+    """The rendezvous port of a Slurm job: the same on every node, different for other jobs."""
+    return PORT_BASE + int(job_id) % PORT_SPAN
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list, as ``scontrol show hostnames`` lists it:
+    ``gpu-[007-009,012],cpu1`` -> ``gpu-007``."""
+    depth, end = 0, len(nodelist)
+    for i, ch in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            end = i
+            break
+    return re.sub(r"\[([^\],-]+)[^\]]*\]", r"\1", nodelist[:end].strip())
+
+
+def rendezvous(env: Mapping[str, str]) -> dict[str, str]:
+    """MASTER_ADDR (the allocation's first node) and MASTER_PORT (from the job id), unless set."""
+    job = env.get("SLURM_JOB_ID", "0")
+    return {"MASTER_ADDR": env.get("MASTER_ADDR")
+            or first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
+            "MASTER_PORT": env.get("MASTER_PORT") or str(job_port(job))}
+
+
+def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+    """The argv prefix with the launcher's tokens replaced (only in our own launcher part)."""
+    values = {"{master_addr}": env["MASTER_ADDR"], "{master_port}": env["MASTER_PORT"],
+              "{nnodes}": env.get("SLURM_NNODES", "1"), "{job_id}": env.get("SLURM_JOB_ID", "0")}
+    launcher = []
+    for arg in launch.get("launcher", []):
+        for token, value in values.items():
+            arg = arg.replace(token, value)
+        launcher.append(arg)
+    return [*launch.get("step", []), *launcher]

@@ -1,0 +1,74 @@
+"""Sweep and job specs: YAML file + Hydra-style overrides -> validated dataclasses.
+
+:mod:`.layers` merges a spec's layers (profile < user config < file < overrides), :mod:`.validate`
+checks the result into the dataclasses of :mod:`.model`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Mapping, Sequence
+
+from ..core.values import Choice, Distribution
+from ..errors import SpecError
+from . import yamldata
+from .layers import parse_cli, resolve
+from .model import CLI, RESUMABLE, TOP_KEYS, Container, Requeue, Resources, SweepSpec
+from .validate import param_space, single, validate
+
+__all__ = ["CLI", "Container", "Requeue", "Resources", "SweepSpec", "from_dict", "load",
+           "resumed"]
+
+
+def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> SweepSpec:
+    """Read ``path`` (YAML) over the profile and user config, apply Hydra-style ``overrides``
+    and validate. A ``job`` may have no ``params`` (it is one trial)."""
+    if not os.path.isfile(path):
+        raise SpecError("no such file", file=path)
+    data, parsed = resolve(path, overrides)
+    texts: dict[str, Any] = {}
+    params = param_space(data.get("params"), path, texts)
+    for ov, text in zip(parsed, overrides):
+        if ov.key.split(".")[0] != "params":
+            continue
+        sub = ov.key[len("params."):]
+        if not sub:
+            raise SpecError("name a parameter: params.NAME=VALUES", file=CLI, key=ov.key)
+        if ov.prefix == "~":
+            if sub not in params:
+                raise SpecError("no such parameter to delete", file=CLI, key=ov.key)
+            del params[sub]
+            texts.pop(sub, None)
+        else:
+            params[sub] = single(ov.value)
+            texts[sub] = text.split("=", 1)[1]
+    data["params"] = params
+    return validate(data, path, texts, job=job)
+
+
+def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
+    """Validate a plain dict (as written by :meth:`SweepSpec.to_dict`)."""
+    data = dict(data)
+    texts: dict[str, Any] = {}
+    data["params"] = param_space(data.get("params"), source, texts)
+    return validate(data, source, texts, job=True)
+
+
+def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) -> SweepSpec:
+    """The spec of an existing sweep (``sweep.json``) with ``overrides`` of ``RESUMABLE`` keys."""
+    data = copy.deepcopy({k: v for k, v in config.items() if k in TOP_KEYS})
+    for text in overrides:
+        ov = parse_cli(text)
+        if ov.key.split(".")[0] not in RESUMABLE or isinstance(ov.value, (Choice, Distribution)):
+            raise SpecError("cannot change this when resuming (the trials are fixed)", file=CLI,
+                            key=ov.key, hint=f"keys that may change: {', '.join(RESUMABLE)}")
+        try:
+            node, leaf = yamldata.parent(data, ov.key)
+        except yamldata.NeedsOmegaConf:
+            raise SpecError("cannot set a key inside a list", file=CLI, key=ov.key) from None
+        if ov.prefix == "~":
+            node.pop(leaf, None)
+        else:
+            node[leaf] = ov.value
+    return from_dict(data, source)

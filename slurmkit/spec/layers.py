@@ -1,0 +1,168 @@
+"""A spec's layers, merged: built-in profile < user config < spec file < command-line overrides.
+
+The user config is ``$SLURMKIT_CONFIG`` or ``~/.config/slurmkit/config.yaml``; its keys are spec
+keys (``resources``, ``output_root``, ``container``, ``profile``, ``env``, ``requeue``).
+
+Layers of plain data are merged by :mod:`.yamldata` (fast: no omegaconf import); anything else
+(``${...}`` interpolation, ``???``, malformed YAML, merges that change a value's kind) by
+omegaconf, which gives the result or words the error.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, Sequence
+
+from ..core.profiles import PROFILES
+from ..core.values import Choice, Distribution
+from ..errors import SpecError, reject_unknown
+from ..overrides import Override, OverrideError, parse_override
+from . import yamldata
+from .model import CLI, TOP_KEYS
+
+CONFIG_KEYS = ("resources", "output_root", "container", "profile", "env", "requeue")
+
+
+def resolve(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+    """The spec's keys (``path`` over the user config and profile, overrides of keys other than
+    ``params`` applied, interpolations resolved), and the parsed overrides."""
+    try:
+        return resolve_data(path, overrides)
+    except yamldata.NeedsOmegaConf:
+        return resolve_omegaconf(path, overrides)
+
+
+def resolve_data(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+    """:func:`resolve` without omegaconf; NeedsOmegaConf when a layer is not plain data."""
+    cfg = yamldata.load(path)
+    parsed = [parse_cli(text) for text in overrides]
+    if isinstance(cfg.get("profile"), (dict, list)):
+        raise yamldata.NeedsOmegaConf("profile")
+    user, layers = _defaults(cfg, parsed)
+    merged = yamldata.merge(*layers, user, cfg)
+    _drop_container(merged, cfg, parsed)
+    for ov in _settings(parsed):
+        if ov.prefix == "~":
+            yamldata.delete(merged, ov.key)
+        else:
+            yamldata.update(merged, ov.key, ov.value)
+    return merged, parsed
+
+
+def resolve_omegaconf(path: str,
+                      overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+    """:func:`resolve` with omegaconf."""
+    # omegaconf (and antlr) cost ~60 ms to import: only specs that need it pay for it
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed YAML: {exc}".replace("\n", " "), file=path) from None
+    except OmegaConfBaseException as exc:
+        raise SpecError(str(exc).splitlines()[0], file=path) from None
+    if not OmegaConf.is_dict(cfg):
+        raise SpecError("the top level must be a mapping of keys", file=path,
+                        hint=f"allowed keys: {', '.join(TOP_KEYS)}")
+    parsed = [parse_cli(text) for text in overrides]
+    user, layers = _defaults(cfg, parsed)
+    merged = OmegaConf.merge(*map(OmegaConf.create, layers), OmegaConf.create(user), cfg)
+    _drop_container(merged, cfg, parsed)
+    for ov in _settings(parsed):
+        try:
+            if ov.prefix == "~":
+                parent, _, leaf = ov.key.rpartition(".")
+                node = OmegaConf.select(merged, parent) if parent else merged
+                if node is None or leaf not in node:
+                    raise SpecError("no such key to delete", file=CLI, key=ov.key)
+                del node[leaf]
+            else:
+                OmegaConf.update(merged, ov.key, ov.value, force_add=True, merge=False)
+        except OmegaConfBaseException as exc:
+            raise SpecError(str(exc).splitlines()[0], file=CLI, key=ov.key) from None
+    try:
+        return OmegaConf.to_container(merged, resolve=True), parsed  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
+
+
+def parse_cli(text: str) -> Override:
+    """One command-line override, or a SpecError that shows where it cannot be read."""
+    try:
+        return parse_override(text)
+    except OverrideError as exc:
+        raise SpecError(f"cannot read {text!r}: {exc.message} (column {exc.column})", file=CLI,
+                        hint="overrides look like key=value, "
+                        "params.lr=0.1,0.01 or params.n='range(1,5)'") from None
+
+
+def user_config_path() -> str:
+    return os.environ.get("SLURMKIT_CONFIG") or os.path.expanduser("~/.config/slurmkit/config.yaml")
+
+
+def user_config() -> tuple[dict[str, Any], str]:
+    """The user's defaults (``{}`` without a file) and the file's path, for messages."""
+    where = user_config_path()
+    if not os.path.isfile(where):
+        return {}, where
+    try:
+        data: Any = yamldata.load(where)
+    except yamldata.NeedsOmegaConf:
+        data = _user_config_omegaconf(where)
+    if data is None:
+        return {}, where
+    if not isinstance(data, dict):
+        raise SpecError("the top level must be a mapping", file=where,
+                        hint=f"allowed keys: {', '.join(CONFIG_KEYS)}")
+    reject_unknown(data, CONFIG_KEYS, file=where)
+    return data, where
+
+
+def _user_config_omegaconf(where: str) -> Any:
+    # see resolve_omegaconf: imported only for a user config that needs it
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(where), resolve=True)
+    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        raise SpecError(f"malformed: {str(exc).splitlines()[0]}", file=where) from None
+
+
+def profile(name: str, source: str) -> dict[str, Any]:
+    """The spec layer of a built-in profile: its environment, and SUNK's container habits."""
+    if name == "none":
+        return {}
+    if name not in PROFILES:
+        raise SpecError(f"unknown profile {name!r}", file=source, key="profile",
+                        hint=f"allowed values: none, {', '.join(PROFILES)}")
+    return {"env": dict(PROFILES[name]), "container": {"mount_home": False}}
+
+
+def _defaults(cfg: Any, parsed: list[Override]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The layers under the spec file ``cfg``: the user config, and the chosen profile's."""
+    user, user_path = user_config()
+    chosen = next((ov.value for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
+                  cfg.get("profile") or user.get("profile"))
+    return user, [profile(str(chosen), user_path)] if chosen else []
+
+
+def _drop_container(merged: Any, cfg: Any, parsed: list[Override]) -> None:
+    """Container defaults (profile, user config) apply only to specs that name an image."""
+    if "container" in merged and not (merged["container"] or {}).get("image"):
+        container_given = "container" in cfg or any(ov.key.startswith("container.") for ov in parsed)
+        if not container_given:
+            del merged["container"]
+
+
+def _settings(parsed: list[Override]) -> Iterator[Override]:
+    """The overrides of keys other than ``params``, in order (they cannot be swept)."""
+    for ov in parsed:
+        if ov.key.split(".")[0] == "params":
+            continue
+        if isinstance(ov.value, (Choice, Distribution)):
+            raise SpecError("only params.* can be swept", file=CLI, key=ov.key)
+        yield ov

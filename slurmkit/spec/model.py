@@ -1,0 +1,144 @@
+"""The validated spec: dataclasses and the names of their keys (what :mod:`.validate` checks)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..core.values import Choice, Distribution, format_value
+
+CLI = "command line"  # the "file" of errors in command-line overrides
+
+ARG_STYLES = ("hydra", "argparse", "none")
+TOP_KEYS = ("name", "command", "args", "params", "num_samples", "seed", "resources",
+            "max_parallel", "output_root", "env", "workdir", "requeue", "container", "launcher",
+            "profile", "self_check")
+LAUNCHERS = ("torchrun", "srun")
+REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
+CAUSES = ("preemption", "timeout", "node_failure", "error")
+# Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
+SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
+RESOURCE_KEYS = ("partition", "time", "nodes", "cpus", "gpus", "mem", "account", "qos",
+                 "constraint", "extra", "tasks_per_node", "exclusive", "switches",
+                 "cpus_per_task", "gpus_per_node")
+CONTAINER_KEYS = ("image", "mounts", "workdir", "env_keep", "writable", "remap_root",
+                  "mount_home", "name")
+# Keys that `slurmkit sweep --resume DIR KEY=VALUE` may change (the trials stay as they are).
+RESUMABLE = ("resources", "max_parallel", "env", "requeue", "container", "self_check")
+
+Domain = Any  # a fixed value, a Choice, or a Distribution
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What every trial asks Slurm for (per array task)."""
+
+    partition: str | None = None
+    time: str | None = None
+    nodes: int = 1
+    cpus: int = 1
+    gpus: int | str | None = None
+    mem: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    extra: dict[str, str | int | bool] = field(default_factory=dict)
+    tasks_per_node: int = 1
+    exclusive: bool = False
+    switches: str | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs per node as a number (``h100:8`` -> 8)."""
+        return int(str(self.gpus).rsplit(":", 1)[-1]) if self.gpus else 0
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """How a trial survives preemption, time limits, node failures and its own errors.
+
+    ``budgets`` counts requeues per cause; ``None`` is unlimited.
+    """
+
+    enabled: bool = True
+    signal: str = "USR2"
+    lead: int = 120
+    budgets: dict[str, int | None] = field(default_factory=lambda: {
+        "preemption": None, "timeout": 3, "node_failure": 3, "error": 0})
+
+
+@dataclass(frozen=True)
+class Container:
+    """A validated ``container`` block: the image and how pyxis runs each task in it
+    (:func:`slurmkit.pyxis.srun_options` renders it)."""
+
+    image: str                       # as written; ``uri`` is pyxis's form
+    uri: str
+    mounts: list[Any] = field(default_factory=list)  # as written (strings or mappings)
+    pyxis_mounts: tuple[str, ...] = ()               # the same as SRC:DST[:FLAGS]
+    workdir: str | None = None       # None: the submit directory, mounted at the same path
+    env_keep: tuple[str, ...] = ()
+    writable: bool | None = None
+    remap_root: bool | None = None
+    mount_home: bool | None = False
+    name: str | None = None          # the name's base, before the image digest
+    name_flag: str = ""              # auto, create, exec or no_exec
+
+    def to_dict(self) -> dict[str, Any]:
+        """The block as a spec writes it (``from_dict`` reads it back to an equal one)."""
+        out: dict[str, Any] = {"image": self.image}
+        if self.mounts:
+            out["mounts"] = list(self.mounts)
+        if self.env_keep:
+            out["env_keep"] = list(self.env_keep)
+        for key in ("workdir", "writable", "remap_root"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["mount_home"] = self.mount_home  # None (no flag) differs from its default, False
+        if self.name is not None:
+            out["name"] = self.name + (f":{self.name_flag}" if self.name_flag else "")
+        return out
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep."""
+
+    name: str
+    command: tuple[str, ...]
+    params: dict[str, Domain]
+    resources: Resources = field(default_factory=Resources)
+    args: str = "hydra"
+    num_samples: int = 1
+    seed: int = 0
+    max_parallel: int | None = None
+    output_root: str = "runs"
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    requeue: Requeue = field(default_factory=Requeue)
+    container: Container | None = None
+    launcher: str | None = None
+    profile: str | None = None
+    self_check: bool = True
+    source: str = CLI
+    params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict that :func:`slurmkit.spec.from_dict` reads back to an equal spec.
+
+        Parameters keep the form they were written in (``range(0,10000)`` stays short).
+        """
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("source", "params_text", "params")}
+        data.update(command=list(self.command), resources=asdict(self.resources),
+                    env=dict(self.env), requeue=asdict(self.requeue),
+                    container=self.container.to_dict() if self.container else None)
+        data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}
+        return data
+
+
+def _written(domain: Domain) -> Any:
+    """A YAML form that parses back to ``domain`` (for parameters set from Python)."""
+    if isinstance(domain, Distribution):
+        return format_value(domain)
+    return list(domain.values) if isinstance(domain, Choice) else [domain]
