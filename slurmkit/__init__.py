@@ -6,6 +6,7 @@ the in-job runtime (:mod:`slurmkit.runtime`) load on first use.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -25,8 +26,6 @@ __all__ = ["__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'slurmkit' has no attribute {name!r}")

@@ -31,11 +31,11 @@ def _fail(exc: Exception) -> NoReturn:
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a UserError into a message and its exit code (no traceback)."""
-    import functools
+    import functools  # functools: ~1 ms, only to wrap commands when one runs
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .errors import UserError
+        from .errors import UserError  # errors: only when a command runs
 
         try:
             return fn(*args, **kwargs)
@@ -61,7 +61,7 @@ class _Silent:
 def _reporter(as_json: bool) -> Any:
     if as_json:
         return _Silent()
-    from . import ui
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
     return ui.Reporter()
 
@@ -71,13 +71,13 @@ def _outcome(result: Any, as_json: bool) -> None:
     if as_json:
         _emit_json(result.as_dict())
     elif result.dry_run:
-        from . import ui
+        from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
         click.echo("\n".join(result.scripts))
         ui.note(f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
                 f"for {result.sweep_dir}; nothing was created or submitted")
     else:
-        from . import ui
+        from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
         ui.print_submission(result)
     if any(code != 0 for code in result.exit_codes.values()):
@@ -129,14 +129,14 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
       slurmkit sweep sweeps/lr.yaml --wait          # progress bar until every trial ends
       slurmkit sweep --resume runs/lr-20261130-101500 resources.time=4:00:00
     """
-    from . import sweep as lib
+    from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
 
     if resume_dir is None and not args:
         raise click.UsageError("give a SPEC file, or --resume DIR")
     if plain:
         if not dry_run or resume_dir:
             raise click.UsageError("--plain only goes with --dry-run and a SPEC")
-        from .spec import load
+        from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 
         click.echo(lib.render_standalone(load(args[0], args[1:]), args[0]), nl=False)
         return
@@ -146,19 +146,19 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
                             dry_run=dry_run, on_done=reporter.trial_done,
                             on_target=reporter.start)
     else:
-        from .spec import load
+        from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 
         result = lib.submit(load(args[0], args[1:]), backend=backend, sweep_dir=sweep_dir,
                             dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
     reporter.stop()
     _outcome(result, as_json)
     if wait and not result.ran_here and result.indices and not dry_run:
-        from .status import collect, wait
+        from .status import collect, wait  # status: the backends' queries, only for --wait
 
         if as_json:
             final = wait(lambda: collect(result.sweep_dir))
         else:
-            from . import ui
+            from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
             final = ui.follow(lambda: collect(result.sweep_dir))
         sys.exit(0 if final.ok else 1)
@@ -183,8 +183,8 @@ def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_c
       slurmkit submit sweeps/ddp.yaml resources.nodes=16 container.image=nvcr.io/nvidia/pytorch:24.01-py3
       slurmkit submit sweeps/ddp.yaml --dry-run
     """
-    from . import sweep as lib
-    from .spec import load
+    from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
+    from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 
     overrides = [*args[1:], *(["self_check=false"] if no_self_check else [])]
     reporter = _reporter(as_json)
@@ -206,8 +206,8 @@ def render(args: tuple[str, ...], plain: bool) -> None:
       slurmkit render sweeps/ddp.yaml resources.nodes=4
       slurmkit render sweeps/lr.yaml --plain > lr.sbatch
     """
-    from . import sweep as lib
-    from .spec import load
+    from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
+    from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 
     spec = load(args[0], args[1:], job=True)
     if plain:
@@ -236,7 +236,7 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
       slurmkit image import nvcr.io/nvidia/pytorch:24.01-py3 --to /mnt/data/images
       # then in a spec:  container: {image: /mnt/data/images/nvcr.io+nvidia+pytorch+24.01-py3.sqsh}
     """
-    from .images import import_image
+    from .images import import_image  # images: only `image import` needs it
 
     staged = import_image(uri, directory)
     if as_json:
@@ -263,8 +263,8 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
       slurmkit status runs/lr-20261130-101500 --watch
       slurmkit status runs/lr-20261130-101500 --json | jq .counts
     """
-    from . import ui
-    from .status import collect
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+    from .status import collect  # status: the backends' queries
 
     if watch:
         current = ui.watch(lambda: collect(sweep_dir), interval, show_all)
@@ -297,8 +297,8 @@ def results(sweep_dir: str, sort_key: str | None, desc: bool, as_json: bool, as_
       slurmkit results runs/lr-20261130-101500 --sort acc --desc --limit 5
       slurmkit results runs/lr-20261130-101500 --csv > results.csv
     """
-    from . import ui
-    from .steer import results_table
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+    from .steer import results_table  # steer: status and the sweep directory
 
     rows, columns = results_table(sweep_dir, sort_key, desc)
     rows = rows[:limit] if limit is not None else rows
@@ -324,10 +324,10 @@ def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
       slurmkit logs runs/lr-20261130-101500 3
       slurmkit logs runs/lr-20261130-101500 9f2c1a -f
     """
-    from .steer import log_path
+    from .steer import log_path  # steer: status and the sweep directory
 
     path = log_path(sweep_dir, trial, slurm_log)
-    from . import ui
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
     ui.print_file(path, follow)
 
@@ -345,7 +345,7 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
       slurmkit cancel runs/lr-20261130-101500 --dry-run
       slurmkit cancel runs/lr-20261130-101500
     """
-    from .steer import cancel as do_cancel
+    from .steer import cancel as do_cancel  # steer: status and the backends
 
     done = do_cancel(sweep_dir, dry_run)
     if as_json:
@@ -370,7 +370,7 @@ def run() -> NoReturn:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    import atexit
+    import atexit  # atexit: only at the very end
 
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 
 from .errors import SchedulerError, UserError
+from .pyxis import enroot_uri
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,6 @@ def staged_name(uri: str) -> str:
 
 def import_image(image: str, directory: str) -> Staged:
     """``enroot import -o`` into ``directory``, atomically; skip an image already staged."""
-    from .pyxis import enroot_uri
-
     try:
         uri = enroot_uri(image)
     except ValueError as exc:

@@ -133,7 +133,7 @@ def expand(spec: SweepSpec) -> Trials:
     rand_keys = [k for k in keys if isinstance(spec.params[k], Distribution)]
     draws: list[int | float] = []
     if rand_keys:
-        import random
+        import random  # ~2 ms: only random searches need it
 
         rng = random.Random(spec.seed)
         draws = [sample(spec.params[k], rng) for _ in range(total) for k in rand_keys]

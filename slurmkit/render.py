@@ -138,6 +138,7 @@ def _supervise(command: str, signal: str | None, job_ref: str) -> list[str]:
         return [f"exec {command}"]
     return [
         "slurmkit_pid=",
+        "# shellcheck disable=SC2317  # called by the traps below",
         'slurmkit_forward() { [ -n "$slurmkit_pid" ] && kill -s "$1" "$slurmkit_pid" 2>/dev/null; }',
         f"trap 'slurmkit_forward {signal}' {signal}",
         "trap 'slurmkit_forward TERM' TERM",

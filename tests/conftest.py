@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -43,3 +44,15 @@ def spec_file(tmp_path: Path):
     def make(body: str, name: str = "spec.yaml") -> Path:
         return write_spec(tmp_path / name, body)
     return make
+
+
+def assert_shell_ok(text: str) -> None:
+    """A rendered script parses (``bash -n``) and passes ``shellcheck`` (which ``make lint``
+    installs; without it, the test is skipped, saying so)."""
+    parsed = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+    assert parsed.returncode == 0, parsed.stderr
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (make lint installs it)")
+    checked = subprocess.run(["shellcheck", "-s", "bash", "-"], input=text, text=True,
+                             capture_output=True)
+    assert checked.returncode == 0, checked.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import assert_shell_ok, run_cli
 from spec_examples import JOB
 from slurmkit import launch, pyxis, render, spec as spec_mod
 from slurmkit.core import rendezvous
@@ -109,6 +109,7 @@ def test_job_needs_no_params_and_renders(tmp_path, spec_file):
     proc = run_cli("render", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --ntasks-per-node=2" in proc.stdout
+    assert_shell_ok(proc.stdout)
     proc = run_cli("submit", str(path), "--dry-run", f"output_root={tmp_path / 'runs'}")
     assert proc.returncode == 0 and not (tmp_path / "runs").exists()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SLURMKIT, run_cli
+from conftest import ROOT, SLURMKIT, assert_shell_ok, run_cli
 from slurmkit import plan, render, spec as spec_mod, sweep as lib
 
 
@@ -40,17 +40,19 @@ resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
         assert bad not in text
     assert "-m slurmkit.runtime task --offset 0 &" in text
     assert 'scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in text
-    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert_shell_ok(text)
 
 
 def test_requeue_can_be_switched_off_and_tuned(spec_file):
     off = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nrequeue: {enabled: false}\n")))
     text = scripts(off, [0], 1001, "/r")[0][1]
     assert "#SBATCH --no-requeue" in text and "trap" not in text and "exec " in text
+    assert_shell_ok(text)
     tuned = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nresources: {time: 10}\n"
                                         "requeue: {signal: SIGURG, lead: 60, budgets: {timeout: 1}}\n")))
     text = scripts(tuned, [0], 1001, "/r")[0][1]
     assert "#SBATCH --signal=B:URG@60" in text and "trap 'slurmkit_forward URG' URG" in text
+    assert_shell_ok(text)
     assert tuned.requeue.budgets == {"preemption": None, "timeout": 1, "node_failure": 3, "error": 0}
 
 
@@ -93,6 +95,7 @@ def test_committed_sbatch_scripts_are_fresh(spec_path, monkeypatch):
     committed = ROOT / "sbatch" / (Path(spec_path).stem + ".sbatch")
     assert committed.exists(), f"{committed} missing: run `make sbatch`"
     assert committed.read_text() == expected, f"{committed} is stale: run `make sbatch`"
+    assert_shell_ok(expected)
 
 
 def test_plain_script_is_self_contained(spec_file):
@@ -101,3 +104,4 @@ def test_plain_script_is_self_contained(spec_file):
     assert "--spec sweeps/p.yaml" in text
     assert "sbatch-$SLURM_ARRAY_JOB_ID" in text
     assert f"PY=${{SLURMKIT_PYTHON:-{render.STANDALONE_PYTHON}}}" in text
+    assert_shell_ok(text)

@@ -6,6 +6,7 @@ and :mod:`.torchstate`; Slurm runs ``python -m slurmkit.runtime``.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .report import params, report, trial_dir
@@ -17,7 +18,5 @@ __all__ = ["params", "report", "trial_dir", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Mapping
 
 from ..core.rendezvous import first_host, job_port
@@ -113,9 +114,7 @@ def init(backend: str | None = None, timeout: float = 600.0) -> RankInfo:
     else 1. A single process gets an in-memory store (no port). Calling it again once
     initialised returns the info without re-initialising.
     """
-    from datetime import timedelta
-
-    import torch
+    import torch  # the runtime imports torch only when training code asks for it
     import torch.distributed as dist
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

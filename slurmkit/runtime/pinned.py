@@ -7,6 +7,8 @@ in 0.7 s, and copies into it run as fast (bench/RESULTS.md). Small buffers still
 torch's pinned allocator, which caches them. (torch can do the same for every pinned
 allocation, ``PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True``, but only as a
 process-wide setting made before CUDA starts; this leaves the process's allocator alone.)
+
+torch is imported where it is used: importing the checkpoint package must not load it.
 """
 
 from __future__ import annotations

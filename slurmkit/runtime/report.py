@@ -20,7 +20,7 @@ def trial_dir() -> str | None:
     return os.environ.get("SLURMKIT_TRIAL_DIR") or None
 
 
-def _plain(value: Any) -> Any:
+def _to_number(value: Any) -> Any:
     """numpy/torch scalars and 0-d tensors become Python numbers."""
     item = getattr(value, "item", None)
     if callable(item):
@@ -35,7 +35,7 @@ def report(metrics: dict[str, Any] | None = None, /, *, step: int | None = None,
     ``report(loss=0.1, acc=0.9, step=100)``. Outside a trial, prints one JSON line instead.
     """
     values = {**(metrics or {}), **more}
-    values = json.loads(json.dumps(values, default=_plain))
+    values = json.loads(json.dumps(values, default=_to_number))
     line = {"time": time.time(), **({"step": step} if step is not None else {}), **values}
     directory = trial_dir()
     if directory is None:

@@ -44,7 +44,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
-        import numpy
+        import numpy  # an optional library: there only when the state holds its RNG
 
         numpy.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterator, Sequence
 
+import yaml
+
 from ..core.profiles import PROFILES
 from ..core.values import Choice, Distribution
 from ..errors import SpecError, reject_unknown
@@ -53,7 +55,6 @@ def resolve_omegaconf(path: str,
                       overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
     """:func:`resolve` with omegaconf."""
     # omegaconf (and antlr) cost ~60 ms to import: only specs that need it pay for it
-    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -122,7 +123,6 @@ def user_config() -> tuple[dict[str, Any], str]:
 
 def _user_config_omegaconf(where: str) -> Any:
     # see resolve_omegaconf: imported only for a user config that needs it
-    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
