@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 CLUSTER_DIR ?= /tmp/slurmkit-cluster
 PYTEST_ARGS ?=
 
-.PHONY: install demo test unit cluster-up cluster-down bench sbatch clean
+.PHONY: install demo lint test unit cluster-up cluster-down bench sbatch clean
 
 # The venv, with slurmkit editable and pinned dev + CPU torch (torch==2.13.0, from constraints.txt).
 # Editable in compat mode (a plain .pth path: no import hook run at every interpreter start), and
@@ -24,8 +24,19 @@ demo: install
 	$(VENV)/bin/slurmkit sweep sweeps/quickstart.yaml --wait
 	$(VENV)/bin/slurmkit results $$(ls -dt runs/quickstart-* | head -n 1) --sort loss
 
-# Unit tests + integration tests on a real 4-node Slurm cluster started (and stopped) here.
-test: install
+# Linters: ruff (lint + format), mypy on slurmkit/, shellcheck (Debian's) on the scripts under sbatch/.
+lint: install
+	@command -v shellcheck >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -q --no-install-recommends shellcheck; } >/tmp/slurmkit-apt.log 2>&1 || \
+	  { echo "cannot install shellcheck: $$(tail -n 3 /tmp/slurmkit-apt.log)"; exit 1; }
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/mypy
+	shellcheck -s bash sbatch/*.sbatch
+
+# Linters, then unit tests + integration tests on a real 4-node Slurm cluster started (and
+# stopped) here.
+test: lint
 	@set -o pipefail; rc=0; \
 	bash tests/cluster/up.sh >/tmp/slurmkit-cluster-up.log 2>&1; up=$$?; \
 	if [ $$up -eq 0 ]; then export SLURM_CONF=$(CLUSTER_DIR)/slurm.conf; \
@@ -34,8 +45,9 @@ test: install
 	if [ $$up -eq 0 ]; then bash tests/cluster/down.sh >/dev/null 2>&1 || true; fi; \
 	exit $$rc
 
+# The fast inner loop (under a minute): no cluster, nothing marked slow.
 unit: install
-	$(PY) -m pytest -q -m "not cluster" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not cluster and not slow" $(PYTEST_ARGS)
 
 cluster-up:
 	bash tests/cluster/up.sh

@@ -2,6 +2,7 @@
 
     make bench                      # starts the test cluster when SLURM_CONF is not set
     python bench/run.py --only help,local
+    python bench/run.py --before /tmp/old   # also time a checkout of an earlier commit, same run
 
 Targets (from the issues): submit of 10,000 trials <= 0.5 s and >= 10x faster than submitit's
 map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slurmkit --help`
@@ -25,6 +26,14 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 SLURMKIT = [PY, "-m", "slurmkit.cli"]
+# --before DIR: the same commands also run from DIR's slurmkit (PYTHONPATH, from a neutral cwd)
+BEFORE: Path | None = None
+NEUTRAL = Path(tempfile.gettempdir())
+
+
+def tree_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes ``python -m slurmkit.cli`` import slurmkit from ``tree``."""
+    return {**(env or os.environ), "PYTHONPATH": str(tree)}
 
 
 def timed(fn: Callable[[], object], repeat: int) -> list[float]:
@@ -56,10 +65,15 @@ def row(name: str, ours: list[float], base: list[float] | None, base_name: str,
 
 
 def bench_help(repeat: int) -> None:
-    ours = timed(lambda: run([PY, "-m", "slurmkit.cli", "--help"]), repeat)
+    ours = timed(lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(ROOT),
+                             cwd=NEUTRAL), repeat)
     base = timed(lambda: run([PY, "-c", "import click"]), repeat)
     bare = timed(lambda: run([PY, "-c", "pass"]), repeat)
     row("slurmkit --help", ours, base, "python -c 'import click'", "<= 1.5x")
+    if BEFORE is not None:
+        before = timed(lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(BEFORE),
+                                   cwd=NEUTRAL), repeat)
+        row("slurmkit --help", ours, before, "before", "no slower")
     row("(python -c pass, for scale)", bare, None, "", "-")
 
 
@@ -92,8 +106,9 @@ def _cluster_env() -> dict[str, str]:
 
 
 def bench_submit_status(repeat: int, n: int = 10_000) -> None:
-    # every round leaves 2 x n job records for MinJobAge; the test cluster holds 100,000
-    repeat = min(repeat, 4)
+    # every round leaves 2 x n job records for MinJobAge (3 x n with --before); the test
+    # cluster holds 100,000
+    repeat = min(repeat, 3 if BEFORE is not None else 4)
     env = _cluster_env()
     tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
     spec = tmp / "s.yaml"
@@ -102,12 +117,16 @@ def bench_submit_status(repeat: int, n: int = 10_000) -> None:
                     f"output_root: {tmp / 'runs'}\nresources: {{extra: {{hold: true}}}}\n")
     dirs: list[str] = []
 
-    def submit() -> None:
-        proc = run([*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--json"], env=env)
+    def submit(tree: Path = ROOT) -> None:
+        proc = run([*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--json"],
+                   env=tree_env(tree, env), cwd=NEUTRAL)
         result = json.loads(proc.stdout)
         dirs.append(result["sweep_dir"])
 
     ours = timed(submit, repeat)
+    if BEFORE is not None:
+        before = timed(lambda: submit(BEFORE), repeat)
+        row(f"sweep submit, {n} trials (CLI)", ours, before, "before", "no slower")
     script = tmp / "submitit_bench.py"
     script.write_text(f"""
 import submitit, sys
@@ -119,10 +138,15 @@ print(jobs[0].job_id.split('_')[0])
     sub_ids: list[str] = []
     base = timed(lambda: sub_ids.append(run([PY, str(script)], env=env).stdout.strip()), repeat)
     row(f"sweep submit, {n} trials (CLI)", ours, base, f"submitit map_array({n})", "<= 500 ms, >= 10x")
-    status = timed(lambda: run([*SLURMKIT, "status", dirs[-1], "--json"], env=env), repeat)
+    status = timed(lambda: run([*SLURMKIT, "status", dirs[-1], "--json"], env=tree_env(ROOT, env),
+                               cwd=NEUTRAL), repeat)
     squeue = timed(lambda: run(["squeue", "--noheader", "--array", "--states=all",
                                 "--format=%F|%K|%T|%r"], env=env), repeat)
     row(f"status, {n}-task sweep", status, squeue, "the one squeue call alone", "<= 500 ms")
+    if BEFORE is not None:
+        old = timed(lambda: run([*SLURMKIT, "status", dirs[-1], "--json"],
+                                env=tree_env(BEFORE, env), cwd=NEUTRAL), repeat)
+        row(f"status, {n}-task sweep", status, old, "before", "no slower")
     ids = []
     for d in dirs:
         for sub in sorted((Path(d) / "submissions").glob("*.json")):
@@ -138,7 +162,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--only", default=",".join(BENCHES), help="comma list of: " + ", ".join(BENCHES))
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--before", type=Path, metavar="DIR",
+                        help="a checkout of an earlier commit: time its slurmkit in the same run")
     args = parser.parse_args()
+    global BEFORE
+    if args.before is not None:
+        BEFORE = args.before.resolve()
+        subprocess.run([PY, "-m", "compileall", "-q", str(BEFORE / "slurmkit")], check=True)
     # A pip-installed slurmkit is byte-compiled; an editable checkout under PYTHONDONTWRITEBYTECODE
     # would compile every module from source in every timed run.
     subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "slurmkit")], check=True)

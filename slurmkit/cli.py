@@ -153,10 +153,10 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
     reporter.stop()
     _outcome(result, as_json)
     if wait and not result.ran_here and result.indices and not dry_run:
-        from .status import collect, wait  # status: the backends' queries, only for --wait
+        from .status import collect, wait as until_done  # status: the backends' queries
 
         if as_json:
-            final = wait(lambda: collect(result.sweep_dir))
+            final = until_done(lambda: collect(result.sweep_dir))
         else:
             from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import pyxis
-
 if TYPE_CHECKING:
     from .spec import SweepSpec
 
@@ -30,6 +28,8 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     step = ["srun", "--kill-on-bad-exit=1", f"--nodes={r.nodes}", f"--ntasks={r.nodes * tasks}",
             f"--ntasks-per-node={tasks}"]
     if spec.container:
+        from . import pyxis  # ~3 ms (its regexes, hashlib): only container jobs need it
+
         step += pyxis.srun_options(spec.container, submit_dir=spec.workdir or submit_dir,
                                    env_names=spec.env, source=spec.source)
         if spec.self_check:

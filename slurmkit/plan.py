@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, overload
 
 try:  # the builtin SHA-256: loads faster than OpenSSL's and hashes short texts faster
-    from _sha2 import sha256  # type: ignore[import-not-found]  # Python >= 3.12
+    from _sha2 import sha256  # Python >= 3.12
 except ImportError:
     try:
-        from _sha256 import sha256  # type: ignore[import-not-found, no-redef]
+        from _sha256 import sha256
     except ImportError:
-        from hashlib import sha256  # type: ignore[assignment]
+        from hashlib import sha256
 
 from . import launch
 from .core import arrays
@@ -79,8 +79,7 @@ class Trials(Sequence[Trial]):
                      {k: column[index] for k, column in zip(self.keys, self._values)})
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What one submission decides, once: the spec, its trials (``None`` when resuming: the
     sweep directory holds them), their count, and how each is launched (``sweep.json``'s
     ``launch``, from :func:`slurmkit.launch.build` in ``submit_dir``)."""
@@ -144,11 +143,14 @@ def expand(spec: SweepSpec) -> Trials:
         if isinstance(domain, Choice):
             run //= len(domain.values)
             times = total // (len(domain.values) * run)
-            columns[k] = tuple(_tile(col, run, times) for col in _column(k, domain.values))
+            values, canon, row = _column(k, domain.values)
+            columns[k] = (_tile(values, run, times), _tile(canon, run, times),
+                          _tile(row, run, times))
         elif isinstance(domain, Distribution):
             columns[k] = _column(k, draws[rand_keys.index(k)::len(rand_keys)])
         else:
-            columns[k] = tuple(col * total for col in _column(k, [domain]))
+            values, canon, row = _column(k, [domain])
+            columns[k] = (values * total, canon * total, row * total)
 
     def per_trial(part: int, order: list[str]) -> Iterable[tuple[Any, ...]]:
         cols = [columns[k][part] for k in order]

@@ -5,7 +5,7 @@ options: name, value syntax (``None`` for a flag) and the release that introduce
 0.14 and later are from pyxis's changelog; the older ones are the first release known to list
 the option (every site runs >= 0.15, so only the later gates decide anything).
 
-:func:`parse` validates a ``container`` block into a :class:`~slurmkit.spec.model.Container`
+:func:`parse` validates a ``container`` block into a :class:`Container`
 and :func:`srun_options` renders it::
 
     container:
@@ -27,11 +27,11 @@ import dataclasses
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .errors import SpecError, reject_unknown
-from .spec.model import CONTAINER_KEYS, Container
+from .spec.model import CONTAINER_KEYS
 
 PYXIS_VERSION = "0.24"
 
@@ -95,6 +95,41 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split("."))
 
 
+@dataclass(frozen=True)
+class Container:
+    """A validated ``container`` block (:func:`parse`): the image and how pyxis runs each task
+    in it (:func:`srun_options` renders it). It lives here, not in :mod:`slurmkit.spec.model`,
+    so that specs without a container never load pyxis."""
+
+    image: str                       # as written; ``uri`` is pyxis's form
+    uri: str
+    mounts: list[Any] = field(default_factory=list)  # as written (strings or mappings)
+    pyxis_mounts: tuple[str, ...] = ()               # the same as SRC:DST[:FLAGS]
+    workdir: str | None = None       # None: the submit directory, mounted at the same path
+    env_keep: tuple[str, ...] = ()
+    writable: bool | None = None
+    remap_root: bool | None = None
+    mount_home: bool | None = False
+    name: str | None = None          # the name's base, before the image digest
+    name_flag: str = ""              # auto, create, exec or no_exec
+
+    def to_dict(self) -> dict[str, Any]:
+        """The block as a spec writes it (``from_dict`` reads it back to an equal one)."""
+        out: dict[str, Any] = {"image": self.image}
+        if self.mounts:
+            out["mounts"] = list(self.mounts)
+        if self.env_keep:
+            out["env_keep"] = list(self.env_keep)
+        for key in ("workdir", "writable", "remap_root"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["mount_home"] = self.mount_home  # None (no flag) differs from its default, False
+        if self.name is not None:
+            out["name"] = self.name + (f":{self.name_flag}" if self.name_flag else "")
+        return out
+
+
+
 # --- the image ------------------------------------------------------------------------------
 
 def enroot_uri(image: str) -> str:
@@ -151,6 +186,8 @@ def _mount(raw: Any, key: str, source: str | None) -> str:
     """One ``container.mounts`` entry (``SRC[:DST[:FLAGS]]`` or ``{src, dst, flags}``) rendered."""
     hint = ("SRC[:DST[:FLAGS]] with SRC an absolute path, 'tmpfs' or 'umount', e.g. "
             "/mnt/data:/data:ro+rprivate, or {src: /mnt/data, dst: /data, flags: [ro]}")
+    src: Any
+    dst: Any
     if isinstance(raw, str):
         parts = raw.split(":")
         if len(parts) > 3:

@@ -15,7 +15,6 @@ from .core import states
 from .core.fsutil import read_json
 from .core.layout import SweepDir
 from .errors import UserError
-from .status import collect
 
 __all__ = ["Submission", "choose_backend", "resume", "submit"]
 
@@ -69,6 +68,8 @@ def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = No
     ``overrides`` may change ``resources.*``, ``max_parallel`` and ``env.*`` (not the trials).
     Running it twice in a row submits nothing the second time.
     """
+    from .status import collect  # ~1 ms: only a resume reads the sweep's state
+
     sweep = store.open_sweep(root)
     config = read_json(sweep.sweep_json)
     spec = spec_mod.resumed(config, overrides, sweep.sweep_json)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple, Sequence
 
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE
 
@@ -66,27 +66,19 @@ class Submission:
         return out
 
 
-class Probe(Protocol):
-    """A backend being asked whether it can run trials now (e.g. its controller answers)."""
-
-    def result(self) -> Backend:
-        """The backend, ready; SchedulerError when it cannot run trials now."""
-
-    def cancel(self) -> None:
-        """Stop asking: the answer is no longer wanted."""
-
-
-class Ready:
-    """The probe of a backend with nothing to ask."""
+class Probe:
+    """A backend being asked whether it can run trials now (e.g. its controller answers);
+    this one has nothing to ask."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
 
     def result(self) -> Backend:
+        """The backend, ready; SchedulerError when it cannot run trials now."""
         return self.backend
 
     def cancel(self) -> None:
-        pass
+        """Stop asking: the answer is no longer wanted."""
 
 
 class Backend(ABC):
@@ -112,7 +104,7 @@ class Backend(ABC):
     @classmethod
     def probe(cls, timeout: float) -> Probe:
         """Start asking whether it can run trials now (SchedulerError when it cannot even ask)."""
-        return Ready(cls())
+        return Probe(cls())
 
     def check(self, spec: SweepSpec) -> None:
         """Raise UserError when it cannot run ``spec``'s trials (before anything is created)."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from .. import store
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..errors import SchedulerError, UserError
-from .base import Backend, LiveTask, Progress, Stopped, Submission, TaskState
+from .base import Backend, LiveTask, Probe, Progress, Stopped, Submission, TaskState
 
 if TYPE_CHECKING:
     from ..core.layout import SweepDir
@@ -97,7 +97,7 @@ class SlurmBackend(Backend):
         return [Stopped(self.cancel_key, job, job) for job in arrays]
 
 
-class _ConfigProbe:
+class _ConfigProbe(Probe):
     """The controller asked for its configuration; :meth:`result` reads MaxArraySize."""
 
     def __init__(self, command: Command) -> None:

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 
-@dataclass(frozen=True)
-class SweepDir:
-    """Paths inside one sweep directory."""
+class SweepDir(NamedTuple):
+    """Paths inside one sweep directory (immutable; a NamedTuple loads faster than a dataclass)."""
 
     root: str
 

@@ -12,7 +12,8 @@ import os
 import zlib
 from collections import deque
 from concurrent.futures import Executor, Future
-from typing import BinaryIO, Iterable
+from io import BufferedIOBase, RawIOBase
+from typing import Iterable
 
 PIECE = 16 << 20  # bytes per parallel piece
 _POLY = 0xEDB88320  # CRC-32, reflected
@@ -79,7 +80,7 @@ def join(crc: int, parts: Iterable[tuple[int, int]]) -> int:
     return crc
 
 
-def of_stream(fh: BinaryIO, pool: Executor | None = None, window: int = 8) -> tuple[int, int]:
+def of_stream(fh: BufferedIOBase | RawIOBase, pool: Executor | None = None, window: int = 8) -> tuple[int, int]:
     """``(size, crc32)`` of what ``fh`` reads, pieces summed on ``pool`` (at most ``window``
     pieces in memory)."""
     size, crc = 0, 0

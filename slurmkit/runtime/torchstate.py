@@ -119,7 +119,7 @@ class DataPosition:
                 and not isinstance(self.loader.dataset, IterableDataset)):
             for _ in range(self.batch):  # indices only: no sample is loaded
                 next(sampler)
-            batches._num_yielded += self.batch  # type: ignore[attr-defined]
+            batches._num_yielded += self.batch
         else:
             for _ in range(self.batch):
                 next(batches)

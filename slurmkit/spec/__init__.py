@@ -14,10 +14,10 @@ from ..core.values import Choice, Distribution
 from ..errors import SpecError
 from . import yamldata
 from .layers import parse_cli, resolve
-from .model import CLI, RESUMABLE, TOP_KEYS, Container, Requeue, Resources, SweepSpec
+from .model import CLI, RESUMABLE, TOP_KEYS, Requeue, Resources, SweepSpec
 from .validate import param_space, single, validate
 
-__all__ = ["CLI", "Container", "Requeue", "Resources", "SweepSpec", "from_dict", "load",
+__all__ = ["CLI", "Requeue", "Resources", "SweepSpec", "from_dict", "load",
            "resumed"]
 
 

@@ -75,7 +75,7 @@ def resolve_omegaconf(path: str,
         try:
             if ov.prefix == "~":
                 parent, _, leaf = ov.key.rpartition(".")
-                node = OmegaConf.select(merged, parent) if parent else merged
+                node: Any = OmegaConf.select(merged, parent) if parent else merged
                 if node is None or leaf not in node:
                     raise SpecError("no such key to delete", file=CLI, key=ov.key)
                 del node[leaf]

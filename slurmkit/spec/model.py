@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.values import Choice, Distribution, format_value
+
+if TYPE_CHECKING:
+    from ..pyxis import Container
 
 CLI = "command line"  # the "file" of errors in command-line overrides
 
@@ -65,39 +68,6 @@ class Requeue:
     lead: int = 120
     budgets: dict[str, int | None] = field(default_factory=lambda: {
         "preemption": None, "timeout": 3, "node_failure": 3, "error": 0})
-
-
-@dataclass(frozen=True)
-class Container:
-    """A validated ``container`` block: the image and how pyxis runs each task in it
-    (:func:`slurmkit.pyxis.srun_options` renders it)."""
-
-    image: str                       # as written; ``uri`` is pyxis's form
-    uri: str
-    mounts: list[Any] = field(default_factory=list)  # as written (strings or mappings)
-    pyxis_mounts: tuple[str, ...] = ()               # the same as SRC:DST[:FLAGS]
-    workdir: str | None = None       # None: the submit directory, mounted at the same path
-    env_keep: tuple[str, ...] = ()
-    writable: bool | None = None
-    remap_root: bool | None = None
-    mount_home: bool | None = False
-    name: str | None = None          # the name's base, before the image digest
-    name_flag: str = ""              # auto, create, exec or no_exec
-
-    def to_dict(self) -> dict[str, Any]:
-        """The block as a spec writes it (``from_dict`` reads it back to an equal one)."""
-        out: dict[str, Any] = {"image": self.image}
-        if self.mounts:
-            out["mounts"] = list(self.mounts)
-        if self.env_keep:
-            out["env_keep"] = list(self.env_keep)
-        for key in ("workdir", "writable", "remap_root"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out["mount_home"] = self.mount_home  # None (no flag) differs from its default, False
-        if self.name is not None:
-            out["name"] = self.name + (f":{self.name_flag}" if self.name_flag else "")
-        return out
 
 
 @dataclass(frozen=True)

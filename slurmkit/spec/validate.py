@@ -14,7 +14,6 @@ import re
 import shlex
 from typing import Any, Mapping
 
-from .. import pyxis
 from ..core import slurmtime
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
@@ -117,6 +116,8 @@ def validate(data: Mapping[str, Any], source: str,
                         hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)")
     container = data.get("container")
     if container is not None:
+        from .. import pyxis  # ~3 ms (its regexes, hashlib): only container specs need it
+
         container = pyxis.parse(container, source)
     profile = _typed(data, "profile", str, source, default=None)
     return SweepSpec(

@@ -147,7 +147,7 @@ def update(cfg: dict[str, Any], key: str, value: Any) -> None:
 def delete(cfg: dict[str, Any], key: str) -> None:
     """``del`` the existing ``key`` (a dotted path through mappings)."""
     *parents, leaf = key.split(".")
-    node = cfg
+    node: Any = cfg
     for part in parents:
         node = node.get(part)
         if type(node) is not dict:
