@@ -67,7 +67,7 @@ def raw_write(state: dict[str, torch.Tensor], path: str, writeback: bool) -> flo
         for t in state.values():
             view = _view(t)
             while view:
-                n = os.write(fd, view[:64 << 20])
+                n = os.write(fd, view[: 64 << 20])
                 view = view[n:]
                 written += n
                 if writeback and written - kicked >= 64 << 20:
@@ -118,8 +118,10 @@ def main() -> None:
     blocked: list[float] = []
     background: list[float] = []
     try:
-        with Checkpointer(os.path.join(work, "sync"), keep=1) as ckpt, \
-                Checkpointer(os.path.join(work, "async"), keep=1, async_save=True) as actx:
+        with (
+            Checkpointer(os.path.join(work, "sync"), keep=1) as ckpt,
+            Checkpointer(os.path.join(work, "async"), keep=1, async_save=True) as actx,
+        ):
             for step in range(args.repeat + 1):
                 if step == 1:  # round 0 warmed up
                     del raw[:], raw_wb[:], sync[:], prune[:], blocked[:], background[:]
@@ -148,26 +150,34 @@ def main() -> None:
     base_s = min(med(raw), med(raw_wb))
 
     def line(name: str, times: list[float], note: str = "") -> None:
-        print(f"{name:34} {med(times):7.3f} s {gb / med(times):6.2f} GB/s  {note:28} "
-              f"{' '.join(f'{x:.3f}' for x in times)}")
+        print(
+            f"{name:34} {med(times):7.3f} s {gb / med(times):6.2f} GB/s  {note:28} "
+            f"{' '.join(f'{x:.3f}' for x in times)}"
+        )
 
-    print(f"state {nbytes / (1 << 30):.2f} GiB in {len(state)} tensors, {args.repeat} rounds after "
-          f"a warm-up, under {base}; medians, then every round")
+    print(
+        f"state {nbytes / (1 << 30):.2f} GiB in {len(state)} tensors, {args.repeat} rounds after "
+        f"a warm-up, under {base}; medians, then every round"
+    )
     line("raw write+fsync", raw)
     line("raw write+fsync, early writeback", raw_wb)
     line("slurmkit sync save", sync, f"throughput {base_s / med(sync):.2f}x raw")
     print(f"{'  then pruning (background)':34} {med(prune):7.3f} s")
     line("slurmkit async save: blocked", blocked, f"{med(blocked) / med(sync):.2f}x the sync save")
     line("  then writing (+ pruning)", background)
-    print(f"raw = the faster raw write ({base_s:.3f} s). Targets: sync save >= 0.80x raw "
-          f"throughput; async blocked far below the sync save.")
+    print(
+        f"raw = the faster raw write ({base_s:.3f} s). Targets: sync save >= 0.80x raw "
+        f"throughput; async blocked far below the sync save."
+    )
+
 
 def loop_bench(args: argparse.Namespace, work: str) -> None:
     device = torch.device(args.device)
     width = args.width
     layers = args.layers or max(1, round(args.gib * (1 << 30) / (12 * width * width)))
-    model = torch.nn.Sequential(*[m for _ in range(layers)
-                                  for m in (torch.nn.Linear(width, width), torch.nn.ReLU())])
+    model = torch.nn.Sequential(
+        *[m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    )
     model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
     x = torch.randn(args.batch, width, device=device)
@@ -193,11 +203,16 @@ def loop_bench(args: argparse.Namespace, work: str) -> None:
     fb, st = statistics.median(p[0] for p in plain), statistics.median(p[1] for p in plain)
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     nbytes += sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values())
-    print(f"\ntraining loop on {device}: {layers} x Linear({width}, {width}), batch {args.batch}, "
-          f"{nbytes / (1 << 30):.2f} GiB of parameters + AdamW state; plain step "
-          f"{fb + st:.3f} s (forward+backward {fb:.3f} s, optimizer {st:.3f} s)")
-    methods = {"sync save": (False, False), "async save": (True, False),
-               "async save, overlap=optimizer": (True, True)}
+    print(
+        f"\ntraining loop on {device}: {layers} x Linear({width}, {width}), batch {args.batch}, "
+        f"{nbytes / (1 << 30):.2f} GiB of parameters + AdamW state; plain step "
+        f"{fb + st:.3f} s (forward+backward {fb:.3f} s, optimizer {st:.3f} s)"
+    )
+    methods = {
+        "sync save": (False, False),
+        "async save": (True, False),
+        "async save, overlap=optimizer": (True, True),
+    }
     results: dict[str, tuple[list[float], list[float]]] = {}
     for name, (is_async, overlap) in methods.items():
         blocked: list[float] = []
@@ -214,8 +229,11 @@ def loop_bench(args: argparse.Namespace, work: str) -> None:
                 waited: list[float] = []
                 # global step-pre-hooks run before the checkpoint's, the optimizer's own after it
                 first = register_optimizer_step_pre_hook(
-                    lambda *_: waited.append(-time.perf_counter()))
-                last = opt.register_step_pre_hook(lambda *_: waited.append(time.perf_counter()))
+                    lambda *_: waited.append(-time.perf_counter())  # noqa: B023 - this round's
+                )
+                last = opt.register_step_pre_hook(
+                    lambda *_: waited.append(time.perf_counter())  # noqa: B023 - this round's
+                )
                 after = [step()]
                 first.remove()
                 last.remove()
@@ -233,11 +251,15 @@ def loop_bench(args: argparse.Namespace, work: str) -> None:
     print(f"{'method':32} {'loop blocked':>13} {'vs sync save':>13} {'loop slowed in all':>19}")
     for name, (blocked, slowed) in results.items():
         b = statistics.median(blocked)
-        print(f"{name:32} {b:12.3f}s {b / sync_s:12.2f}x {statistics.median(slowed):18.3f}s   "
-              f"blocked per round: {' '.join(f'{x:.3f}' for x in blocked)}")
-    print(f"medians over {args.repeat} rounds after a warm-up; 'slowed in all': the save plus the "
-          f"extra time of the steps that ran until the checkpoint was on disk. "
-          f"Target: async blocked <= 0.10x the sync save.")
+        print(
+            f"{name:32} {b:12.3f}s {b / sync_s:12.2f}x {statistics.median(slowed):18.3f}s   "
+            f"blocked per round: {' '.join(f'{x:.3f}' for x in blocked)}"
+        )
+    print(
+        f"medians over {args.repeat} rounds after a warm-up; 'slowed in all': the save plus the "
+        f"extra time of the steps that ran until the checkpoint was on disk. "
+        f"Target: async blocked <= 0.10x the sync save."
+    )
 
 
 if __name__ == "__main__":

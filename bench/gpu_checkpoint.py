@@ -25,8 +25,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -68,9 +68,9 @@ def raw_write(nbytes: int, path: str, writeback: bool) -> float:
     start = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     for off in range(0, nbytes, 64 << 20):
-        piece = view[off:off + (64 << 20)]
+        piece = view[off : off + (64 << 20)]
         while piece:
-            piece = piece[os.write(fd, piece):]
+            piece = piece[os.write(fd, piece) :]
         if writeback and off >= 64 << 20:
             os.posix_fadvise(fd, off - (64 << 20), 128 << 20, os.POSIX_FADV_DONTNEED)
     os.fsync(fd)
@@ -91,8 +91,9 @@ def timed(save: Callable[..., Callable[[], object]], *args: object) -> tuple[flo
     return blocked, time.perf_counter() - start
 
 
-def slurmkit_save(ckpt: Checkpointer, state: dict, step: int,
-                  overlap: object = None) -> Callable[[], None]:
+def slurmkit_save(
+    ckpt: Checkpointer, state: dict, step: int, overlap: object = None
+) -> Callable[[], None]:
     ckpt.save(state, step, overlap=overlap)
     return ckpt.wait
 
@@ -114,14 +115,16 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--skip", default="", help="comma-separated: sync,dcp,torch")
-    ap.add_argument("--rounds", type=int, default=3, help="steady slurmkit saves, each after a "
-                    "raw write")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="steady slurmkit saves, each after a raw write"
+    )
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     work = tempfile.mkdtemp(prefix=".bench-gpu-checkpoint-", dir=args.dir or str(ROOT))
     device = torch.device("cuda")
-    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width, bias=False)
-                                  for _ in range(args.layers)]).to(device)
+    model = torch.nn.Sequential(
+        *[torch.nn.Linear(args.width, args.width, bias=False) for _ in range(args.layers)]
+    ).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     model(torch.randn(8, args.width, device=device)).square().mean().backward()
     opt.step()  # AdamW state: exp_avg, exp_avg_sq
@@ -131,8 +134,11 @@ def main() -> None:
 
     params = sum(p.numel() for p in model.parameters())
     nbytes = sum(t.numel() * t.element_size() for t in _tensors(state()))
-    print(f"{torch.cuda.get_device_name()}: {params / 1e9:.2f}B parameters, "
-          f"{nbytes / 1e9:.1f} GB of model+AdamW state; writing under {work}", flush=True)
+    print(
+        f"{torch.cuda.get_device_name()}: {params / 1e9:.2f}B parameters, "
+        f"{nbytes / 1e9:.1f} GB of model+AdamW state; writing under {work}",
+        flush=True,
+    )
     raws: dict[str, float] = {}
     rows: list[tuple[str, float, float]] = []
 
@@ -153,25 +159,33 @@ def main() -> None:
         # slurmkit did before it registered its large buffers itself
         pinned.REGISTER_FROM, register_from = 1 << 62, pinned.REGISTER_FROM
         try:
-            with Checkpointer(os.path.join(work, "slurmkit-async-hostalloc"),
-                              async_save=True) as ckpt:
-                row("slurmkit async (first; buffers from torch pin_memory)",
-                    timed(slurmkit_save, ckpt, state(), 0))
+            with Checkpointer(
+                os.path.join(work, "slurmkit-async-hostalloc"), async_save=True
+            ) as ckpt:
+                row(
+                    "slurmkit async (first; buffers from torch pin_memory)",
+                    timed(slurmkit_save, ckpt, state(), 0),
+                )
         finally:
             pinned.REGISTER_FROM = register_from
         shutil.rmtree(os.path.join(work, "slurmkit-async-hostalloc"))
         torch._C._host_emptyCache()  # give the cached pinned memory back
-        with Checkpointer(os.path.join(work, "slurmkit-async"), keep=args.rounds + 3,
-                          async_save=True) as ckpt:
-            row("slurmkit async (first: page-locks its host buffers)",
-                timed(slurmkit_save, ckpt, state(), 0))
+        with Checkpointer(
+            os.path.join(work, "slurmkit-async"), keep=args.rounds + 3, async_save=True
+        ) as ckpt:
+            row(
+                "slurmkit async (first: page-locks its host buffers)",
+                timed(slurmkit_save, ckpt, state(), 0),
+            )
             for rnd in range(1, args.rounds + 1):  # the checkpointer prunes none: keep > rounds
                 raw(f"round {rnd}", (True,))
                 drop_old(ckpt.root)
                 row("slurmkit async (steady)", timed(slurmkit_save, ckpt, state(), 2 * rnd))
                 drop_old(ckpt.root)
-                row("slurmkit async, overlap=optimizer (steady)",
-                    timed(slurmkit_save, ckpt, state(), 2 * rnd + 1, opt))
+                row(
+                    "slurmkit async, overlap=optimizer (steady)",
+                    timed(slurmkit_save, ckpt, state(), 2 * rnd + 1, opt),
+                )
         shutil.rmtree(os.path.join(work, "slurmkit-async"))
         if "sync" not in skip:
             with Checkpointer(os.path.join(work, "slurmkit-sync"), keep=1) as ckpt:
@@ -179,8 +193,10 @@ def main() -> None:
                 # as when the page-locked copy does not fit: torch.save copies each storage
                 available, memory.available = memory.available, lambda: 0
                 try:
-                    row("slurmkit sync through torch.save's copies",
-                        timed(slurmkit_save, ckpt, state(), 2))
+                    row(
+                        "slurmkit sync through torch.save's copies",
+                        timed(slurmkit_save, ckpt, state(), 2),
+                    )
                 finally:
                     memory.available = available
             shutil.rmtree(os.path.join(work, "slurmkit-sync"))
@@ -191,12 +207,16 @@ def main() -> None:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                                    world_size=1)
+            dist.init_process_group(
+                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+            )
             target = os.path.join(work, "dcp")
             cached = dcp.FileSystemWriter(target, cache_staged_state_dict=True)
-            for label, writer in {"default": None, "cached staging, first": cached,
-                                  "cached staging, second": cached}.items():
+            for label, writer in {
+                "default": None,
+                "cached staging, first": cached,
+                "cached staging, second": cached,
+            }.items():
                 row(f"torch DCP async_save ({label})", timed(dcp_save, state(), target, writer))
                 shutil.rmtree(target)
             dist.destroy_process_group()
@@ -209,16 +229,20 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     wb = [v for k, v in raws.items() if "early writeback" in k]
     base = statistics.median(wb)
-    print("\nraw write+fsync of the same bytes from host memory: "
-          + ", ".join(f"{k} {v:.2f} s" for k, v in raws.items())
-          + f"; baseline: the median with early writeback, {base:.2f} s = "
-          f"{nbytes / base / 1e9:.2f} GB/s (fastest {min(raws.values()):.2f} s)")
+    print(
+        "\nraw write+fsync of the same bytes from host memory: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in raws.items())
+        + f"; baseline: the median with early writeback, {base:.2f} s = "
+        f"{nbytes / base / 1e9:.2f} GB/s (fastest {min(raws.values()):.2f} s)"
+    )
     print(f"{'method':50} {'blocked':>9} {'whole':>8} {'whole/raw':>9}  (medians; every save)")
     for name in dict.fromkeys(name for name, _, _ in rows):
         blocked = statistics.median(b for n, b, _ in rows if n == name)
         whole = [w for n, _, w in rows if n == name]
-        print(f"{name:50} {blocked:8.3f}s {statistics.median(whole):7.2f}s "
-              f"{statistics.median(whole) / base:9.2f}  {' '.join(f'{w:.2f}' for w in whole)}")
+        print(
+            f"{name:50} {blocked:8.3f}s {statistics.median(whole):7.2f}s "
+            f"{statistics.median(whole) / base:9.2f}  {' '.join(f'{w:.2f}' for w in whole)}"
+        )
     print("goals: slurmkit async (steady) blocked <= 0.3 s, whole/raw <= 1.3")
 
 

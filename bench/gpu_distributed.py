@@ -32,11 +32,19 @@ from slurmkit.core.rendezvous import PORT_BASE, PORT_SPAN  # noqa: E402
 
 GPU_SIZES = [1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20]
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "MASTER_ADDR", "MASTER_PORT")
+LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 # --- the worker: runs in each of the two processes -------------------------------------------
+
 
 def worker(args: argparse.Namespace) -> None:
     import torch
@@ -47,8 +55,13 @@ def worker(args: argparse.Namespace) -> None:
 
         info = distributed.init()
         rank, world, device = info.rank, info.world_size, torch.device(info.device)
-        seen = {"rank": rank, "local_rank": info.local_rank, "world_size": world,
-                "device": info.device, "master": f"{info.master_addr}:{info.master_port}"}
+        seen = {
+            "rank": rank,
+            "local_rank": info.local_rank,
+            "world_size": world,
+            "device": info.device,
+            "master": f"{info.master_addr}:{info.master_port}",
+        }
     else:
         local = int(os.environ["LOCAL_RANK"])
         device = torch.device("cpu" if args.cpu else f"cuda:{local}")
@@ -85,7 +98,8 @@ def worker(args: argparse.Namespace) -> None:
     layers = [torch.nn.Linear(width, width) for _ in range(4)]
     model = torch.nn.parallel.DistributedDataParallel(
         torch.nn.Sequential(*layers).to(device),
-        device_ids=[device.index] if device.type == "cuda" else None)
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = torch.randn(64, width, device=device)
 
@@ -105,9 +119,17 @@ def worker(args: argparse.Namespace) -> None:
     step_s = slowest((time.perf_counter() - t0) / steps)
     params = sum(p.numel() for p in model.parameters())
 
-    Path(f"{args.out}.{rank}").write_text(json.dumps(
-        {"seen": seen, "busbw": busbw, "step_s": step_s, "params": params,
-         "backend": dist.get_backend()}))
+    Path(f"{args.out}.{rank}").write_text(
+        json.dumps(
+            {
+                "seen": seen,
+                "busbw": busbw,
+                "step_s": step_s,
+                "params": params,
+                "backend": dist.get_backend(),
+            }
+        )
+    )
     dist.destroy_process_group()
     # torch 2.13 (CPU, gloo) sometimes aborts at interpreter exit after DDP ("terminate called
     # without an active exception"), whichever the launcher: the results are written, leave now.
@@ -117,11 +139,15 @@ def worker(args: argparse.Namespace) -> None:
 
 # --- the launcher -----------------------------------------------------------------------------
 
+
 def clean_env(cpu: bool) -> dict[str, str]:
     """This environment without Slurm's or a launcher's variables; GPUs hidden for ``cpu``,
     else the first two visible ones."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "TORCHELASTIC_")) and k not in LAUNCHER_VARS}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "TORCHELASTIC_")) and k not in LAUNCHER_VARS
+    }
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0,1").split(",")
     env["CUDA_VISIBLE_DEVICES"] = "" if cpu else ",".join(visible[:2])
     return env
@@ -148,9 +174,19 @@ def node_name() -> str:
 
 
 def worker_args(args: argparse.Namespace, mode: str, out: str) -> list[str]:
-    return [__file__, "--worker", mode, "--out", out, "--iters", str(args.iters),
-            "--warmup", str(args.warmup), "--sizes", *map(str, args.sizes)] + \
-        (["--cpu"] if args.cpu else [])
+    return [
+        __file__,
+        "--worker",
+        mode,
+        "--out",
+        out,
+        "--iters",
+        str(args.iters),
+        "--warmup",
+        str(args.warmup),
+        "--sizes",
+        *map(str, args.sizes),
+    ] + (["--cpu"] if args.cpu else [])
 
 
 def collect(out: str, procs: int) -> list[dict]:
@@ -161,20 +197,37 @@ def launch_slurmkit(args: argparse.Namespace, out: str) -> list[dict]:
     job_id = free_port() - PORT_BASE
     node = node_name()
     step = {
-        "SLURM_JOB_ID": str(job_id), "SLURM_JOBID": str(job_id), "SLURM_JOB_NAME": "bench",
-        "SLURM_JOB_NODELIST": node, "SLURM_NODELIST": node, "SLURM_STEP_NODELIST": node,
-        "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2",
-        "SLURM_NTASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_ID": "0",
-        "SLURM_STEPID": "0", "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_GTIDS": "0,1",
-        "SLURM_SUBMIT_DIR": os.getcwd(), "SLURM_TOPOLOGY_ADDR": node,
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOBID": str(job_id),
+        "SLURM_JOB_NAME": "bench",
+        "SLURM_JOB_NODELIST": node,
+        "SLURM_NODELIST": node,
+        "SLURM_STEP_NODELIST": node,
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_NPROCS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_TASKS_PER_NODE": "2",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEPID": "0",
+        "SLURM_STEP_NUM_NODES": "1",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_NODEID": "0",
+        "SLURM_GTIDS": "0,1",
+        "SLURM_SUBMIT_DIR": os.getcwd(),
+        "SLURM_TOPOLOGY_ADDR": node,
     }
     if not args.cpu:
         step.update(SLURM_GPUS_ON_NODE="2", SLURM_GPUS_PER_NODE="2")
-    procs = [subprocess.Popen([sys.executable, *worker_args(args, "slurmkit", out)],
-                              env={**clean_env(args.cpu), **step, "SLURM_PROCID": str(r),
-                                   "SLURM_LOCALID": str(r)})
-             for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *worker_args(args, "slurmkit", out)],
+            env={**clean_env(args.cpu), **step, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+        )
+        for r in range(2)
+    ]
     codes = [p.wait(timeout=args.timeout) for p in procs]
     if any(codes):
         sys.exit(f"slurmkit launch failed: exit codes {codes}")
@@ -182,8 +235,15 @@ def launch_slurmkit(args: argparse.Namespace, out: str) -> list[dict]:
 
 
 def launch_torchrun(args: argparse.Namespace, out: str) -> list[dict]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           *worker_args(args, "torchrun", out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        *worker_args(args, "torchrun", out),
+    ]
     code = subprocess.run(cmd, env=clean_env(args.cpu), timeout=args.timeout).returncode
     if code:
         sys.exit(f"torchrun launch failed: exit code {code}")
@@ -191,14 +251,21 @@ def launch_torchrun(args: argparse.Namespace, out: str) -> list[dict]:
 
 
 def human(size: int) -> str:
-    return f"{size >> 30} GiB" if size >= 1 << 30 else \
-        f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+    return (
+        f"{size >> 30} GiB"
+        if size >= 1 << 30
+        else f"{size >> 20} MiB"
+        if size >= 1 << 20
+        else f"{size >> 10} KiB"
+    )
 
 
 def report(ours: list[dict], base: list[dict], args: argparse.Namespace) -> None:
     a, b = ours[0], base[0]
-    print(f"\nall_reduce, 1 node x 2 {'CPU processes' if args.cpu else 'GPUs'} ({a['backend']}), "
-          f"{args.iters} iterations per size after {args.warmup} warm-up")
+    print(
+        f"\nall_reduce, 1 node x 2 {'CPU processes' if args.cpu else 'GPUs'} ({a['backend']}), "
+        f"{args.iters} iterations per size after {args.warmup} warm-up"
+    )
     for r, run in enumerate(ours):
         print(f"  slurmkit rank {r}: init() read {run['seen']}")
     print(f"{'':>10}  {'slurmkit init()':>16}  {'plain torchrun':>16}  ratio")
@@ -206,8 +273,10 @@ def report(ours: list[dict], base: list[dict], args: argparse.Namespace) -> None
         x, y = a["busbw"][str(size)], b["busbw"][str(size)]
         print(f"{human(size):>10}  {x:>11.2f} GB/s  {y:>11.2f} GB/s  {x / y:5.2f}  busbw")
     x, y = a["step_s"], b["step_s"]
-    print(f"{'DDP step':>10}  {x * 1e3:>13.2f} ms  {y * 1e3:>13.2f} ms  {x / y:5.2f}  time "
-          f"({a['params']:,} parameters)")
+    print(
+        f"{'DDP step':>10}  {x * 1e3:>13.2f} ms  {y * 1e3:>13.2f} ms  {x / y:5.2f}  time "
+        f"({a['params']:,} parameters)"
+    )
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -52,10 +52,12 @@ def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def row(name: str, ours: list[float], base: list[float] | None, base_name: str,
-        target: str) -> None:
+def row(
+    name: str, ours: list[float], base: list[float] | None, base_name: str, target: str
+) -> None:
     m = statistics.median(ours)
-    line = f"{name:<34} median {m * 1000:9.1f} ms  (min {min(ours) * 1000:.1f}, max {max(ours) * 1000:.1f})"
+    spread = f"(min {min(ours) * 1000:.1f}, max {max(ours) * 1000:.1f})"
+    line = f"{name:<34} median {m * 1000:9.1f} ms  {spread}"
     if base is not None:
         b = statistics.median(base)
         line += f" | {base_name}: {b * 1000:.1f} ms | ratio {m / b:.2f}x"
@@ -65,14 +67,17 @@ def row(name: str, ours: list[float], base: list[float] | None, base_name: str,
 
 
 def bench_help(repeat: int) -> None:
-    ours = timed(lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(ROOT),
-                             cwd=NEUTRAL), repeat)
+    ours = timed(
+        lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(ROOT), cwd=NEUTRAL), repeat
+    )
     base = timed(lambda: run([PY, "-c", "import click"]), repeat)
     bare = timed(lambda: run([PY, "-c", "pass"]), repeat)
     row("slurmkit --help", ours, base, "python -c 'import click'", "<= 1.5x")
     if BEFORE is not None:
-        before = timed(lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(BEFORE),
-                                   cwd=NEUTRAL), repeat)
+        before = timed(
+            lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(BEFORE), cwd=NEUTRAL),
+            repeat,
+        )
         row("slurmkit --help", ours, before, "before", "no slower")
     row("(python -c pass, for scale)", bare, None, "", "-")
 
@@ -80,14 +85,19 @@ def bench_help(repeat: int) -> None:
 def bench_local(repeat: int, n: int = 40) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
     spec = tmp / "s.yaml"
-    spec.write_text(f"command: [/bin/true]\nargs: none\nparams: {{i: 'range(0,{n})'}}\nmax_parallel: 1\n"
-                    f"output_root: {tmp / 'runs'}\n")
-    ours = timed(lambda: run([*SLURMKIT, "sweep", str(spec), "--backend", "local", "--json"]), repeat)
-    direct = "import subprocess\nfor _ in range(%d): subprocess.run(['/bin/true'])" % n
+    spec.write_text(
+        f"command: [/bin/true]\nargs: none\nparams: {{i: 'range(0,{n})'}}\nmax_parallel: 1\n"
+        f"output_root: {tmp / 'runs'}\n"
+    )
+    ours = timed(
+        lambda: run([*SLURMKIT, "sweep", str(spec), "--backend", "local", "--json"]), repeat
+    )
+    direct = f"import subprocess\nfor _ in range({n}): subprocess.run(['/bin/true'])"
     base = timed(lambda: run([PY, "-c", direct]), repeat)
     per = [(o - b) / n for o, b in zip(sorted(ours), sorted(base))]
     row(f"local backend, {n} trials, 1 at a time", ours, base, f"{n} bare processes", "-")
-    print(f"{'  overhead per trial':<34} median {statistics.median(per) * 1000:9.1f} ms | target <= 50 ms")
+    per_ms = statistics.median(per) * 1000
+    print(f"{'  overhead per trial':<34} median {per_ms:9.1f} ms | target <= 50 ms")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -96,10 +106,12 @@ def _cluster_env() -> dict[str, str]:
     arrays stay in slurmctld's memory for MinJobAge, so earlier runs would fill MaxJobCount."""
     if os.environ.get("SLURM_CONF"):
         return dict(os.environ)
-    subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "down.sh"), "--purge"],
-                   capture_output=True)
-    up = subprocess.run(["bash", str(ROOT / "tests" / "cluster" / "up.sh")], capture_output=True,
-                        text=True)
+    subprocess.run(
+        ["bash", str(ROOT / "tests" / "cluster" / "down.sh"), "--purge"], capture_output=True
+    )
+    up = subprocess.run(
+        ["bash", str(ROOT / "tests" / "cluster" / "up.sh")], capture_output=True, text=True
+    )
     if up.returncode != 0:
         raise SystemExit(f"bench: no Slurm cluster: {up.stderr.strip()[-500:]}")
     return {**os.environ, "SLURM_CONF": up.stdout.strip().splitlines()[-1]}
@@ -113,13 +125,18 @@ def bench_submit_status(repeat: int, n: int = 10_000) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
     spec = tmp / "s.yaml"
     # A held partition would be ideal; instead every array is cancelled right after submission.
-    spec.write_text(f"command: [/bin/true]\nparams: {{i: 'range(0,{n})'}}\n"
-                    f"output_root: {tmp / 'runs'}\nresources: {{extra: {{hold: true}}}}\n")
+    spec.write_text(
+        f"command: [/bin/true]\nparams: {{i: 'range(0,{n})'}}\n"
+        f"output_root: {tmp / 'runs'}\nresources: {{extra: {{hold: true}}}}\n"
+    )
     dirs: list[str] = []
 
     def submit(tree: Path = ROOT) -> None:
-        proc = run([*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--json"],
-                   env=tree_env(tree, env), cwd=NEUTRAL)
+        proc = run(
+            [*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--json"],
+            env=tree_env(tree, env),
+            cwd=NEUTRAL,
+        )
         result = json.loads(proc.stdout)
         dirs.append(result["sweep_dir"])
 
@@ -130,22 +147,40 @@ def bench_submit_status(repeat: int, n: int = 10_000) -> None:
     script = tmp / "submitit_bench.py"
     script.write_text(f"""
 import submitit, sys
-ex = submitit.AutoExecutor(folder={str(tmp / 'submitit')!r}, cluster='slurm')
+ex = submitit.AutoExecutor(folder={str(tmp / "submitit")!r}, cluster='slurm')
 ex.update_parameters(slurm_additional_parameters={{'hold': True}}, timeout_min=10)
 jobs = ex.map_array(abs, range({n}))
 print(jobs[0].job_id.split('_')[0])
 """)
     sub_ids: list[str] = []
     base = timed(lambda: sub_ids.append(run([PY, str(script)], env=env).stdout.strip()), repeat)
-    row(f"sweep submit, {n} trials (CLI)", ours, base, f"submitit map_array({n})", "<= 500 ms, >= 10x")
-    status = timed(lambda: run([*SLURMKIT, "status", dirs[-1], "--json"], env=tree_env(ROOT, env),
-                               cwd=NEUTRAL), repeat)
-    squeue = timed(lambda: run(["squeue", "--noheader", "--array", "--states=all",
-                                "--format=%F|%K|%T|%r"], env=env), repeat)
+    row(
+        f"sweep submit, {n} trials (CLI)",
+        ours,
+        base,
+        f"submitit map_array({n})",
+        "<= 500 ms, >= 10x",
+    )
+    status = timed(
+        lambda: run(
+            [*SLURMKIT, "status", dirs[-1], "--json"], env=tree_env(ROOT, env), cwd=NEUTRAL
+        ),
+        repeat,
+    )
+    squeue = timed(
+        lambda: run(
+            ["squeue", "--noheader", "--array", "--states=all", "--format=%F|%K|%T|%r"], env=env
+        ),
+        repeat,
+    )
     row(f"status, {n}-task sweep", status, squeue, "the one squeue call alone", "<= 500 ms")
     if BEFORE is not None:
-        old = timed(lambda: run([*SLURMKIT, "status", dirs[-1], "--json"],
-                                env=tree_env(BEFORE, env), cwd=NEUTRAL), repeat)
+        old = timed(
+            lambda: run(
+                [*SLURMKIT, "status", dirs[-1], "--json"], env=tree_env(BEFORE, env), cwd=NEUTRAL
+            ),
+            repeat,
+        )
         row(f"status, {n}-task sweep", status, old, "before", "no slower")
     ids = []
     for d in dirs:
@@ -159,11 +194,19 @@ BENCHES = {"help": bench_help, "local": bench_local, "submit": bench_submit_stat
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--only", default=",".join(BENCHES), help="comma list of: " + ", ".join(BENCHES))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--only", default=",".join(BENCHES), help="comma list of: " + ", ".join(BENCHES)
+    )
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--before", type=Path, metavar="DIR",
-                        help="a checkout of an earlier commit: time its slurmkit in the same run")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="a checkout of an earlier commit: time its slurmkit in the same run",
+    )
     args = parser.parse_args()
     global BEFORE
     if args.before is not None:
@@ -172,8 +215,10 @@ def main() -> None:
     # A pip-installed slurmkit is byte-compiled; an editable checkout under PYTHONDONTWRITEBYTECODE
     # would compile every module from source in every timed run.
     subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "slurmkit")], check=True)
-    print(f"slurmkit bench  python {sys.version.split()[0]}  {os.cpu_count()} cores  "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    print(
+        f"slurmkit bench  python {sys.version.split()[0]}  {os.cpu_count()} cores  "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
     for name in args.only.split(","):
         BENCHES[name](args.repeat)
 

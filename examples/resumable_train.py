@@ -42,10 +42,15 @@ def main() -> None:
     torch.set_num_threads(1)
     x = torch.randn(2048, 16)
     y = (x[:, :4].sum(1) > 0).long()
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64,
-                                         shuffle=True, generator=torch.Generator().manual_seed(1))
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                torch.nn.Linear(64, 2))
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y),
+        batch_size=64,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(1),
+    )
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(64, 2)
+    )
     optim = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
     sched = torch.optim.lr_scheduler.StepLR(optim, step_size=100, gamma=0.5)
     data = torchstate.DataPosition(loader)
@@ -72,8 +77,13 @@ def main() -> None:
             time.sleep(cfg["step_time"])
             done = data.step >= cfg["steps"]
             if done or preemption.should_stop() or data.step % cfg["ckpt_every"] == 0:
-                ckpt.save(torchstate.capture(model=model, optimizer=optim, scheduler=sched,
-                                             data=data, extra=losses), data.step, overlap=optim)
+                ckpt.save(
+                    torchstate.capture(
+                        model=model, optimizer=optim, scheduler=sched, data=data, extra=losses
+                    ),
+                    data.step,
+                    overlap=optim,
+                )
             if done:
                 break
             if preemption.should_stop():
@@ -85,8 +95,13 @@ def main() -> None:
     ckpt.close()
     flat = torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
     digest = hashlib.sha256(repr(flat).encode())
-    slurmkit.report(loss=losses[-1], mean_loss=sum(losses) / len(losses), steps=data.step,
-                    params_sha256=digest.hexdigest(), resumed_at=start)
+    slurmkit.report(
+        loss=losses[-1],
+        mean_loss=sum(losses) / len(losses),
+        steps=data.step,
+        params_sha256=digest.hexdigest(),
+        resumed_at=start,
+    )
     print(f"done: {data.step} steps, loss {losses[-1]:.6f}", flush=True)
 
 

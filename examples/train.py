@@ -35,8 +35,11 @@ def main() -> None:
     x = torch.randn(4096, 10)
     y = (x.norm(dim=1) > 3.1).long()
     train_x, test_x, train_y, test_y = x[:3072], x[3072:], y[:3072], y[3072:]
-    model = torch.nn.Sequential(torch.nn.Linear(10, int(cfg["hidden"])), torch.nn.ReLU(),
-                                torch.nn.Linear(int(cfg["hidden"]), 2))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(10, int(cfg["hidden"])),
+        torch.nn.ReLU(),
+        torch.nn.Linear(int(cfg["hidden"]), 2),
+    )
     optim = torch.optim.SGD(model.parameters(), lr=float(cfg["lr"]), momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     start = time.time()
@@ -44,7 +47,7 @@ def main() -> None:
     for epoch in range(int(cfg["epochs"])):
         perm = torch.randperm(len(train_x))
         for i in range(0, len(train_x), bs):
-            idx = perm[i:i + bs]
+            idx = perm[i : i + bs]
             optim.zero_grad()
             loss = loss_fn(model(train_x[idx]), train_y[idx])
             loss.backward()

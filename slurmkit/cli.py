@@ -9,7 +9,8 @@ import gc
 import json
 import os
 import sys
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 # This module is the program's entry point, never imported by the library. A command allocates
 # in bursts (its imports, 10,000 trials) and then exits: with Python's default threshold (700),
@@ -18,8 +19,8 @@ gc.set_threshold(100_000, 50, 1000)
 
 import click  # noqa: E402
 
-from . import __version__
-from .backends import NAMES
+from . import __version__  # noqa: E402
+from .backends import NAMES  # noqa: E402
 
 BACKEND = click.Choice(NAMES)
 
@@ -74,8 +75,10 @@ def _outcome(result: Any, as_json: bool) -> None:
         from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
         click.echo("\n".join(result.scripts))
-        ui.note(f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
-                f"for {result.sweep_dir}; nothing was created or submitted")
+        ui.note(
+            f"dry run: {len(result.indices)} trial(s), {len(result.scripts)} script(s) "
+            f"for {result.sweep_dir}; nothing was created or submitted"
+        )
     else:
         from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -103,19 +106,39 @@ def main() -> None:
 
 @main.command(context_settings={"ignore_unknown_options": False})
 @click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...")
-@click.option("--resume", "resume_dir", metavar="DIR",
-              help="Submit again the trials of DIR that did not complete (ARGS are overrides).")
-@click.option("--backend", type=BACKEND, default="auto", show_default=True,
-              help="Where trials run; auto = Slurm when a controller answers, else local.")
+@click.option(
+    "--resume",
+    "resume_dir",
+    metavar="DIR",
+    help="Submit again the trials of DIR that did not complete (ARGS are overrides).",
+)
+@click.option(
+    "--backend",
+    type=BACKEND,
+    default="auto",
+    show_default=True,
+    help="Where trials run; auto = Slurm when a controller answers, else local.",
+)
 @click.option("--sweep-dir", metavar="DIR", help="Sweep directory (default OUTPUT_ROOT/NAME-TIME).")
-@click.option("--dry-run", is_flag=True, help="Print the batch script(s); create and submit nothing.")
-@click.option("--plain", is_flag=True,
-              help="With --dry-run: render a self-contained script for plain sbatch.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the batch script(s); create and submit nothing."
+)
+@click.option(
+    "--plain", is_flag=True, help="With --dry-run: render a self-contained script for plain sbatch."
+)
 @click.option("--wait", is_flag=True, help="On Slurm, follow the sweep until every trial ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
-def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir: str | None,
-          dry_run: bool, plain: bool, wait: bool, as_json: bool) -> None:
+def sweep(
+    args: tuple[str, ...],
+    resume_dir: str | None,
+    backend: str,
+    sweep_dir: str | None,
+    dry_run: bool,
+    plain: bool,
+    wait: bool,
+    as_json: bool,
+) -> None:
     """Expand SPEC (YAML) into trials and run them as one Slurm job array.
 
     OVERRIDES use Hydra's syntax and may sweep parameters.
@@ -142,18 +165,30 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
         return
     reporter = _reporter(as_json)
     if resume_dir is not None:
-        result = lib.resume(resume_dir, args, backend=None if backend == "auto" else backend,
-                            dry_run=dry_run, on_done=reporter.trial_done,
-                            on_target=reporter.start)
+        result = lib.resume(
+            resume_dir,
+            args,
+            backend=None if backend == "auto" else backend,
+            dry_run=dry_run,
+            on_done=reporter.trial_done,
+            on_target=reporter.start,
+        )
     else:
         from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 
-        result = lib.submit(load(args[0], args[1:]), backend=backend, sweep_dir=sweep_dir,
-                            dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
+        result = lib.submit(
+            load(args[0], args[1:]),
+            backend=backend,
+            sweep_dir=sweep_dir,
+            dry_run=dry_run,
+            on_done=reporter.trial_done,
+            on_target=reporter.start,
+        )
     reporter.stop()
     _outcome(result, as_json)
     if wait and not result.ran_here and result.indices and not dry_run:
-        from .status import collect, wait as until_done  # status: the backends' queries
+        from .status import collect  # status: the backends' queries
+        from .status import wait as until_done
 
         if as_json:
             final = until_done(lambda: collect(result.sweep_dir))
@@ -166,21 +201,33 @@ def sweep(args: tuple[str, ...], resume_dir: str | None, backend: str, sweep_dir
 
 @main.command()
 @click.argument("args", nargs=-1, metavar="JOB [OVERRIDES]...", required=True)
-@click.option("--backend", type=BACKEND, default="auto", show_default=True,
-              help="Where it runs; auto = Slurm when a controller answers, else local.")
+@click.option(
+    "--backend",
+    type=BACKEND,
+    default="auto",
+    show_default=True,
+    help="Where it runs; auto = Slurm when a controller answers, else local.",
+)
 @click.option("--sweep-dir", metavar="DIR", help="Job directory (default OUTPUT_ROOT/NAME-TIME).")
 @click.option("--no-self-check", is_flag=True, help="Skip the container self-check.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; create and submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
-def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_check: bool,
-           dry_run: bool, as_json: bool) -> None:
+def submit(
+    args: tuple[str, ...],
+    backend: str,
+    sweep_dir: str | None,
+    no_self_check: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Submit one job (a spec without params; multi-node, containers, launchers).
 
     \b
     Examples:
       slurmkit submit sweeps/ddp.yaml
-      slurmkit submit sweeps/ddp.yaml resources.nodes=16 container.image=nvcr.io/nvidia/pytorch:24.01-py3
+      slurmkit submit sweeps/ddp.yaml resources.nodes=16 \\
+          container.image=nvcr.io/nvidia/pytorch:24.01-py3
       slurmkit submit sweeps/ddp.yaml --dry-run
     """
     from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
@@ -188,8 +235,14 @@ def submit(args: tuple[str, ...], backend: str, sweep_dir: str | None, no_self_c
 
     overrides = [*args[1:], *(["self_check=false"] if no_self_check else [])]
     reporter = _reporter(as_json)
-    result = lib.submit(load(args[0], overrides, job=True), backend=backend, sweep_dir=sweep_dir,
-                        dry_run=dry_run, on_done=reporter.trial_done, on_target=reporter.start)
+    result = lib.submit(
+        load(args[0], overrides, job=True),
+        backend=backend,
+        sweep_dir=sweep_dir,
+        dry_run=dry_run,
+        on_done=reporter.trial_done,
+        on_target=reporter.start,
+    )
     reporter.stop()
     _outcome(result, as_json)
 
@@ -224,8 +277,13 @@ def image() -> None:
 
 @image.command("import")
 @click.argument("uri")
-@click.option("--to", "directory", required=True, metavar="DIR",
-              help="Directory on the shared filesystem for squashfs images.")
+@click.option(
+    "--to",
+    "directory",
+    required=True,
+    metavar="DIR",
+    help="Directory on the shared filesystem for squashfs images.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
 def image_import(uri: str, directory: str, as_json: bool) -> None:
@@ -287,8 +345,9 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
 @click.option("--csv", "as_csv", is_flag=True, help="Print rows as CSV.")
 @click.option("--limit", type=int, default=None, help="Show at most this many rows.")
 @_guard
-def results(sweep_dir: str, sort_key: str | None, desc: bool, as_json: bool, as_csv: bool,
-            limit: int | None) -> None:
+def results(
+    sweep_dir: str, sort_key: str | None, desc: bool, as_json: bool, as_csv: bool, limit: int | None
+) -> None:
     """Parameters and reported metrics of every trial.
 
     \b

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 class UserError(Exception):
@@ -13,8 +14,14 @@ class UserError(Exception):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, file: str | None = None, key: str | None = None,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.file = file
@@ -37,11 +44,16 @@ class SchedulerError(UserError):
     exit_code = 1
 
 
-def reject_unknown(data: Iterable[Any], allowed: Sequence[str], *, file: str | None,
-                   prefix: str = "") -> None:
+def reject_unknown(
+    data: Iterable[Any], allowed: Sequence[str], *, file: str | None, prefix: str = ""
+) -> None:
     """The one "unknown key" error: raise SpecError for the first key of ``data`` (a mapping's
     keys) that is not ``allowed``, naming it as ``prefix + key``."""
     unknown = [k for k in data if k not in allowed]
     if unknown:
-        raise SpecError(f"unknown key {unknown[0]!r}", file=file, key=f"{prefix}{unknown[0]}",
-                        hint=f"allowed keys: {', '.join(allowed)}")
+        raise SpecError(
+            f"unknown key {unknown[0]!r}",
+            file=file,
+            key=f"{prefix}{unknown[0]}",
+            hint=f"allowed keys: {', '.join(allowed)}",
+        )

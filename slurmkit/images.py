@@ -37,15 +37,18 @@ def import_image(image: str, directory: str) -> Staged:
     if os.path.isfile(target):
         return Staged(target, created=False)
     if shutil.which("enroot") is None:
-        raise UserError("enroot is not installed here; it is needed to import images",
-                        hint="run it on a compute node: srun -N1 slurmkit image import ...")
+        raise UserError(
+            "enroot is not installed here; it is needed to import images",
+            hint="run it on a compute node: srun -N1 slurmkit image import ...",
+        )
     os.makedirs(os.path.dirname(target), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".import-", suffix=".sqsh", dir=os.path.dirname(target))
     os.close(fd)
     os.unlink(tmp)  # enroot refuses to overwrite
     try:
-        proc = subprocess.run(["enroot", "import", "-o", tmp, f"docker://{uri}"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["enroot", "import", "-o", tmp, f"docker://{uri}"], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             raise SchedulerError(f"enroot import failed: {lines[-1] if lines else proc.returncode}")

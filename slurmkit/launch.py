@@ -23,20 +23,38 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     if not (spec.container or spec.launcher or r.nodes > 1 or r.tasks_per_node > 1):
         return {"step": [], "launcher": []}
     per_node = r.gpu_count or r.tasks_per_node
-    tasks = 1 if spec.launcher == "torchrun" else (per_node if spec.launcher == "srun"
-                                                   else r.tasks_per_node)
-    step = ["srun", "--kill-on-bad-exit=1", f"--nodes={r.nodes}", f"--ntasks={r.nodes * tasks}",
-            f"--ntasks-per-node={tasks}"]
+    tasks = (
+        1
+        if spec.launcher == "torchrun"
+        else (per_node if spec.launcher == "srun" else r.tasks_per_node)
+    )
+    step = [
+        "srun",
+        "--kill-on-bad-exit=1",
+        f"--nodes={r.nodes}",
+        f"--ntasks={r.nodes * tasks}",
+        f"--ntasks-per-node={tasks}",
+    ]
     if spec.container:
         from . import pyxis  # ~3 ms (its regexes, hashlib): only container jobs need it
 
-        step += pyxis.srun_options(spec.container, submit_dir=spec.workdir or submit_dir,
-                                   env_names=spec.env, source=spec.source)
+        step += pyxis.srun_options(
+            spec.container,
+            submit_dir=spec.workdir or submit_dir,
+            env_names=spec.env,
+            source=spec.source,
+        )
         if spec.self_check:
             step += SELF_CHECK
     launcher = []
     if spec.launcher == "torchrun":
-        launcher = ["torchrun", "--no-python", "--nnodes={nnodes}", f"--nproc-per-node={per_node}",
-                    "--rdzv-backend=c10d", "--rdzv-endpoint={master_addr}:{master_port}",
-                    "--rdzv-id={job_id}"]
+        launcher = [
+            "torchrun",
+            "--no-python",
+            "--nnodes={nnodes}",
+            f"--nproc-per-node={per_node}",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint={master_addr}:{master_port}",
+            "--rdzv-id={job_id}",
+        ]
     return {"step": step, "launcher": launcher}

@@ -45,10 +45,10 @@ from .core.values import (
 
 __all__ = [
     "MAX_SWEEP_SIZE",
+    "Choice",
     "Distribution",
     "Override",
     "OverrideError",
-    "Choice",
     "format_value",
     "parse_override",
     "parse_value",
@@ -155,9 +155,7 @@ def _range(
     return _new_range(start, stop, step)
 
 
-def _sort(
-    *args: Any, sweep: Any = None, list: Any = None, reverse: bool = False
-) -> Any:
+def _sort(*args: Any, sweep: Any = None, list: Any = None, reverse: bool = False) -> Any:
     if list is not None:
         return _sort(list, reverse=reverse)
     if sweep is not None:
@@ -297,9 +295,7 @@ def _call(name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     if name in _UNSUPPORTED:
         raise ValueError(f"Hydra's {name}() is not supported by slurmkit")
     if name not in _FUNCTIONS:
-        raise ValueError(
-            f"unknown function '{name}' (available: {', '.join(sorted(_FUNCTIONS))})"
-        )
+        raise ValueError(f"unknown function '{name}' (available: {', '.join(sorted(_FUNCTIONS))})")
     function, types = _FUNCTIONS[name]
     args = [a.text if isinstance(a, _Quoted) else a for a in args]
     kwargs = {k: v.text if isinstance(v, _Quoted) else v for k, v in kwargs.items()}

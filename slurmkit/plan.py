@@ -7,9 +7,9 @@ import bisect
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 try:  # the builtin SHA-256: loads faster than OpenSSL's and hashes short texts faster
     from _sha2 import sha256  # Python >= 3.12
@@ -21,8 +21,8 @@ except ImportError:
 
 from . import launch
 from .core import arrays
-from .errors import SpecError
 from .core.values import Choice, Distribution
+from .errors import SpecError
 from .spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -52,10 +52,11 @@ class Trials(Sequence[Trial]):
     needs neither.
     """
 
-    __slots__ = ("keys", "ids", "rows", "_values")
+    __slots__ = ("_values", "ids", "keys", "rows")
 
-    def __init__(self, keys: list[str], ids: list[str], rows: list[str],
-                 values: list[list[Any]]) -> None:
+    def __init__(
+        self, keys: list[str], ids: list[str], rows: list[str], values: list[list[Any]]
+    ) -> None:
         self.keys, self.ids, self.rows, self._values = keys, ids, rows, values
 
     def __len__(self) -> int:
@@ -75,8 +76,9 @@ class Trials(Sequence[Trial]):
         if isinstance(index, slice):
             return [self[i] for i in range(len(self))[index]]
         index = range(len(self))[index]  # IndexError, negative indices
-        return Trial(index, self.ids[index],
-                     {k: column[index] for k, column in zip(self.keys, self._values)})
+        return Trial(
+            index, self.ids[index], {k: column[index] for k, column in zip(self.keys, self._values)}
+        )
 
 
 class Plan(NamedTuple):
@@ -144,10 +146,13 @@ def expand(spec: SweepSpec) -> Trials:
             run //= len(domain.values)
             times = total // (len(domain.values) * run)
             values, canon, row = _column(k, domain.values)
-            columns[k] = (_tile(values, run, times), _tile(canon, run, times),
-                          _tile(row, run, times))
+            columns[k] = (
+                _tile(values, run, times),
+                _tile(canon, run, times),
+                _tile(row, run, times),
+            )
         elif isinstance(domain, Distribution):
-            columns[k] = _column(k, draws[rand_keys.index(k)::len(rand_keys)])
+            columns[k] = _column(k, draws[rand_keys.index(k) :: len(rand_keys)])
         else:
             values, canon, row = _column(k, [domain])
             columns[k] = (values * total, canon * total, row * total)
@@ -156,18 +161,26 @@ def expand(spec: SweepSpec) -> Trials:
         cols = [columns[k][part] for k in order]
         return zip(*cols) if cols else itertools.repeat((), total)
 
-    ids = [sha256(("{" + ",".join(c) + "}").encode()).hexdigest()[:12]
-           for c in per_trial(1, sorted(keys))]
-    rows = [f'{{"index": {index}, "id": "{tid}", "params": {{{", ".join(r)}}}}}'
-            for index, tid, r in zip(itertools.count(), ids, per_trial(2, keys))]
+    ids = [
+        sha256(("{" + ",".join(c) + "}").encode()).hexdigest()[:12]
+        for c in per_trial(1, sorted(keys))
+    ]
+    rows = [
+        f'{{"index": {index}, "id": "{tid}", "params": {{{", ".join(r)}}}}}'
+        for index, tid, r in zip(itertools.count(), ids, per_trial(2, keys))
+    ]
     trials = Trials(keys, ids, rows, [columns[k][0] for k in keys])
     if len(set(ids)) < total:
         seen: dict[str, int] = {}
         for index, tid in enumerate(ids):
             if tid in seen:
-                raise SpecError(f"trials {seen[tid]} and {index} have the same parameters "
-                                f"{trials[index].params}", file=spec.source, key="params",
-                                hint="remove repeated values from the search space")
+                raise SpecError(
+                    f"trials {seen[tid]} and {index} have the same parameters "
+                    f"{trials[index].params}",
+                    file=spec.source,
+                    key="params",
+                    hint="remove repeated values from the search space",
+                )
             seen[tid] = index
     return trials
 

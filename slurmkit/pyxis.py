@@ -27,8 +27,9 @@ import dataclasses
 import hashlib
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import SpecError, reject_unknown
 from .spec.model import CONTAINER_KEYS
@@ -45,34 +46,69 @@ class Option:
     since: str
 
 
-OPTIONS: dict[str, Option] = {o.name: o for o in (
-    Option("container-image", "[USER@][REGISTRY#]IMAGE[:TAG]|PATH", "0.1"),
-    Option("container-mounts", "SRC[:DST[:FLAGS]][,SRC[:DST[:FLAGS]]...]", "0.1"),
-    Option("container-workdir", "PATH", "0.1"),
-    Option("container-name", "NAME[:auto|create|exec|no_exec]", "0.1"),
-    Option("container-save", "PATH", "0.8"),
-    Option("container-mount-home", None, "0.7"),
-    Option("no-container-mount-home", None, "0.7"),
-    Option("container-remap-root", None, "0.1"),
-    Option("no-container-remap-root", None, "0.8"),
-    Option("container-writable", None, "0.11"),
-    Option("container-readonly", None, "0.11"),
-    Option("container-entrypoint", None, "0.12"),
-    Option("no-container-entrypoint", None, "0.12"),
-    Option("container-env", "NAME[,NAME...]", "0.15"),
-    Option("container-entrypoint-log", None, "0.20"),
-    Option("container-unshare", "NS[,NS...] (net, ipc, uts)", "0.24"),
-)}
+OPTIONS: dict[str, Option] = {
+    o.name: o
+    for o in (
+        Option("container-image", "[USER@][REGISTRY#]IMAGE[:TAG]|PATH", "0.1"),
+        Option("container-mounts", "SRC[:DST[:FLAGS]][,SRC[:DST[:FLAGS]]...]", "0.1"),
+        Option("container-workdir", "PATH", "0.1"),
+        Option("container-name", "NAME[:auto|create|exec|no_exec]", "0.1"),
+        Option("container-save", "PATH", "0.8"),
+        Option("container-mount-home", None, "0.7"),
+        Option("no-container-mount-home", None, "0.7"),
+        Option("container-remap-root", None, "0.1"),
+        Option("no-container-remap-root", None, "0.8"),
+        Option("container-writable", None, "0.11"),
+        Option("container-readonly", None, "0.11"),
+        Option("container-entrypoint", None, "0.12"),
+        Option("no-container-entrypoint", None, "0.12"),
+        Option("container-env", "NAME[,NAME...]", "0.15"),
+        Option("container-entrypoint-log", None, "0.20"),
+        Option("container-unshare", "NS[,NS...] (net, ipc, uts)", "0.24"),
+    )
+}
 # --container-name=NAME:FLAG; every flag but no_exec came with the flags themselves.
 NAME_FLAGS = {"auto": "0.12", "create": "0.12", "exec": "0.12", "no_exec": "0.14"}
 UNSHARE = ("net", "ipc", "uts")
 # enroot-mount's options that make sense for a bind or tmpfs mount (pyxis joins them with '+').
 MOUNT_FLAGS = (
-    "ro", "rw", "bind", "rbind", "private", "rprivate", "shared", "rshared", "slave", "rslave",
-    "unbindable", "runbindable", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime",
-    "atime", "nodiratime", "diratime", "relatime", "norelatime", "strictatime", "nostrictatime",
-    "lazytime", "nolazytime", "sync", "async", "dirsync", "nofail", "silent", "loud",
-    "x-create=dir", "x-create=file", "x-create=auto",
+    "ro",
+    "rw",
+    "bind",
+    "rbind",
+    "private",
+    "rprivate",
+    "shared",
+    "rshared",
+    "slave",
+    "rslave",
+    "unbindable",
+    "runbindable",
+    "nosuid",
+    "suid",
+    "nodev",
+    "dev",
+    "noexec",
+    "exec",
+    "noatime",
+    "atime",
+    "nodiratime",
+    "diratime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nostrictatime",
+    "lazytime",
+    "nolazytime",
+    "sync",
+    "async",
+    "dirsync",
+    "nofail",
+    "silent",
+    "loud",
+    "x-create=dir",
+    "x-create=file",
+    "x-create=auto",
 )
 _TMPFS_FLAG = re.compile(r"^(size=\d+[kKmMgG%]?|mode=[0-7]{3,4}|nr_inodes=\d+[kKmMgG]?)$")
 # Always kept from the host: the PyTorch enroot hook would otherwise set its own.
@@ -101,17 +137,17 @@ class Container:
     in it (:func:`srun_options` renders it). It lives here, not in :mod:`slurmkit.spec.model`,
     so that specs without a container never load pyxis."""
 
-    image: str                       # as written; ``uri`` is pyxis's form
+    image: str  # as written; ``uri`` is pyxis's form
     uri: str
     mounts: list[Any] = field(default_factory=list)  # as written (strings or mappings)
-    pyxis_mounts: tuple[str, ...] = ()               # the same as SRC:DST[:FLAGS]
-    workdir: str | None = None       # None: the submit directory, mounted at the same path
+    pyxis_mounts: tuple[str, ...] = ()  # the same as SRC:DST[:FLAGS]
+    workdir: str | None = None  # None: the submit directory, mounted at the same path
     env_keep: tuple[str, ...] = ()
     writable: bool | None = None
     remap_root: bool | None = None
     mount_home: bool | None = False
-    name: str | None = None          # the name's base, before the image digest
-    name_flag: str = ""              # auto, create, exec or no_exec
+    name: str | None = None  # the name's base, before the image digest
+    name_flag: str = ""  # auto, create, exec or no_exec
 
     def to_dict(self) -> dict[str, Any]:
         """The block as a spec writes it (``from_dict`` reads it back to an equal one)."""
@@ -129,8 +165,8 @@ class Container:
         return out
 
 
-
 # --- the image ------------------------------------------------------------------------------
+
 
 def enroot_uri(image: str) -> str:
     """A registry reference in pyxis's ``[USER@][REGISTRY#]IMAGE[:TAG]`` form; a path (``/``
@@ -182,18 +218,25 @@ def _image_digest(uri: str, submit_dir: str) -> str:
 
 # --- mounts -----------------------------------------------------------------------------------
 
+
 def _mount(raw: Any, key: str, source: str | None) -> str:
     """One ``container.mounts`` entry (``SRC[:DST[:FLAGS]]`` or ``{src, dst, flags}``) rendered."""
-    hint = ("SRC[:DST[:FLAGS]] with SRC an absolute path, 'tmpfs' or 'umount', e.g. "
-            "/mnt/data:/data:ro+rprivate, or {src: /mnt/data, dst: /data, flags: [ro]}")
+    hint = (
+        "SRC[:DST[:FLAGS]] with SRC an absolute path, 'tmpfs' or 'umount', e.g. "
+        "/mnt/data:/data:ro+rprivate, or {src: /mnt/data, dst: /data, flags: [ro]}"
+    )
     src: Any
     dst: Any
     if isinstance(raw, str):
         parts = raw.split(":")
         if len(parts) > 3:
-            raise SpecError(f"{raw!r}: too many ':' (pyxis cannot mount a path holding ':')",
-                            file=source, key=key, hint=hint)
-        src, dst, flags = (parts + [None, None])[:3]
+            raise SpecError(
+                f"{raw!r}: too many ':' (pyxis cannot mount a path holding ':')",
+                file=source,
+                key=key,
+                hint=hint,
+            )
+        src, dst, flags = [*parts, None, None][:3]
         if dst == "":
             raise SpecError(f"{raw!r}: empty destination", file=source, key=key, hint=hint)
         flag_list = flags.split("+") if flags else []
@@ -201,31 +244,43 @@ def _mount(raw: Any, key: str, source: str | None) -> str:
         reject_unknown(raw, ("src", "dst", "flags"), file=source, prefix=f"{key}.")
         src, dst, flags = raw.get("src"), raw.get("dst"), raw.get("flags")
         flag_list = flags.split("+") if isinstance(flags, str) else flags or []
-        if not isinstance(src, str) or not isinstance(dst, (str, type(None))) or \
-                not isinstance(flag_list, list):
-            raise SpecError("src and dst must be strings, flags a list", file=source, key=key,
-                            hint=hint)
+        if (
+            not isinstance(src, str)
+            or not isinstance(dst, (str, type(None)))
+            or not isinstance(flag_list, list)
+        ):
+            raise SpecError(
+                "src and dst must be strings, flags a list", file=source, key=key, hint=hint
+            )
     else:
-        raise SpecError(f"expected a string or a mapping, got {raw!r}", file=source, key=key,
-                        hint=hint)
+        raise SpecError(
+            f"expected a string or a mapping, got {raw!r}", file=source, key=key, hint=hint
+        )
     special = src in ("tmpfs", "umount")
     if not special and not _PATH.match(src):
-        raise SpecError(f"source {src!r} is not allowed", file=source, key=key,
-                        hint=f"{_UNSAFE_HINT}; or 'tmpfs' / 'umount'")
+        raise SpecError(
+            f"source {src!r} is not allowed",
+            file=source,
+            key=key,
+            hint=f"{_UNSAFE_HINT}; or 'tmpfs' / 'umount'",
+        )
     if not dst:
         if special:
-            raise SpecError(f"{src} needs a destination", file=source, key=key,
-                            hint=f"{src}:/path")
+            raise SpecError(f"{src} needs a destination", file=source, key=key, hint=f"{src}:/path")
         dst = src
     if not _PATH.match(dst):
-        raise SpecError(f"destination {dst!r} is not allowed", file=source, key=key,
-                        hint=_UNSAFE_HINT)
+        raise SpecError(
+            f"destination {dst!r} is not allowed", file=source, key=key, hint=_UNSAFE_HINT
+        )
     for flag in flag_list:
         if flag not in MOUNT_FLAGS and not (src == "tmpfs" and _TMPFS_FLAG.match(str(flag))):
-            raise SpecError(f"unknown mount flag {flag!r}", file=source, key=key,
-                            hint=f"allowed flags: {', '.join(MOUNT_FLAGS)}"
-                                 + ("; for tmpfs also size=N, mode=OCTAL, nr_inodes=N"
-                                    if src == "tmpfs" else ""))
+            raise SpecError(
+                f"unknown mount flag {flag!r}",
+                file=source,
+                key=key,
+                hint=f"allowed flags: {', '.join(MOUNT_FLAGS)}"
+                + ("; for tmpfs also size=N, mode=OCTAL, nr_inodes=N" if src == "tmpfs" else ""),
+            )
     return f"{src}:{dst}" + (f":{'+'.join(flag_list)}" if flag_list else "")
 
 
@@ -235,6 +290,7 @@ def _covers(mount_dst: str, path: str) -> bool:
 
 # --- the container block --------------------------------------------------------------------
 
+
 def _fields(container: Any) -> dict[str, Any]:
     if isinstance(container, Mapping):
         return dict(container)
@@ -243,12 +299,14 @@ def _fields(container: Any) -> dict[str, Any]:
     raise TypeError(f"container must be a mapping or a dataclass, not {type(container).__name__}")
 
 
-def _flag(data: Mapping[str, Any], key: str, source: str | None,
-          default: bool | None) -> bool | None:
+def _flag(
+    data: Mapping[str, Any], key: str, source: str | None, default: bool | None
+) -> bool | None:
     value = data.get(key, default)
     if value is not None and not isinstance(value, bool):
-        raise SpecError(f"expected true or false, got {value!r}", file=source,
-                        key=f"container.{key}")
+        raise SpecError(
+            f"expected true or false, got {value!r}", file=source, key=f"container.{key}"
+        )
     return value
 
 
@@ -259,36 +317,57 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
     reject_unknown(data, CONTAINER_KEYS, file=source, prefix="container.")
     image = data.get("image")
     if not isinstance(image, str) or not image:
-        raise SpecError("required: the image (a registry reference or a squashfs path)",
-                        file=source, key="container.image",
-                        hint="image: nvcr.io/nvidia/pytorch:24.01-py3 or /mnt/data/images/x.sqsh")
+        raise SpecError(
+            "required: the image (a registry reference or a squashfs path)",
+            file=source,
+            key="container.image",
+            hint="image: nvcr.io/nvidia/pytorch:24.01-py3 or /mnt/data/images/x.sqsh",
+        )
     try:
         uri = enroot_uri(image)
     except ValueError as exc:
-        raise SpecError(f"{image!r}: {exc}", file=source, key="container.image",
-                        hint="[USER@][REGISTRY/]IMAGE[:TAG] (nvcr.io/nvidia/pytorch:24.01-py3), or "
-                             "a squashfs path from `enroot import -o`") from None
+        raise SpecError(
+            f"{image!r}: {exc}",
+            file=source,
+            key="container.image",
+            hint="[USER@][REGISTRY/]IMAGE[:TAG] (nvcr.io/nvidia/pytorch:24.01-py3), or "
+            "a squashfs path from `enroot import -o`",
+        ) from None
     raw_mounts = data.get("mounts") or []
     if not isinstance(raw_mounts, list):
-        raise SpecError("must be a list of mounts", file=source, key="container.mounts",
-                        hint="mounts: [/mnt/data:/data:ro]")
+        raise SpecError(
+            "must be a list of mounts",
+            file=source,
+            key="container.mounts",
+            hint="mounts: [/mnt/data:/data:ro]",
+        )
     rendered = tuple(_mount(m, f"container.mounts[{i}]", source) for i, m in enumerate(raw_mounts))
     workdir = data.get("workdir")
     if workdir is not None and (not isinstance(workdir, str) or not _WORKDIR.match(workdir)):
-        raise SpecError(f"{workdir!r} is not an absolute path", file=source,
-                        key="container.workdir",
-                        hint="a path inside the container, e.g. /workspace")
+        raise SpecError(
+            f"{workdir!r} is not an absolute path",
+            file=source,
+            key="container.workdir",
+            hint="a path inside the container, e.g. /workspace",
+        )
     name, flag = data.get("name"), ""
     if name is not None:
         name, _, flag = name.partition(":") if isinstance(name, str) else ("", "", "")
         if not _NAME.match(name):
-            raise SpecError(f"{data['name']!r} is not a container name", file=source,
-                            key="container.name",
-                            hint="letters, digits, '_', '.', '-' (64 at most), optionally "
-                                 f"':FLAG' with FLAG one of {', '.join(NAME_FLAGS)}")
+            raise SpecError(
+                f"{data['name']!r} is not a container name",
+                file=source,
+                key="container.name",
+                hint="letters, digits, '_', '.', '-' (64 at most), optionally "
+                f"':FLAG' with FLAG one of {', '.join(NAME_FLAGS)}",
+            )
         if flag and flag not in NAME_FLAGS:
-            raise SpecError(f"{flag!r} is not allowed", file=source, key="container.name",
-                            hint=f"allowed values after ':': {', '.join(NAME_FLAGS)}")
+            raise SpecError(
+                f"{flag!r} is not allowed",
+                file=source,
+                key="container.name",
+                hint=f"allowed values after ':': {', '.join(NAME_FLAGS)}",
+            )
     keep = data.get("env_keep") or []
     if isinstance(keep, str):
         keep = [keep]
@@ -296,18 +375,31 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
         raise SpecError("must be a list of variable names", file=source, key="container.env_keep")
     for i, var in enumerate(keep):
         if not isinstance(var, str) or not _ENV.match(var):
-            raise SpecError(f"{var!r} is not a variable name", file=source,
-                            key=f"container.env_keep[{i}]")
-    return Container(image=image, uri=uri, mounts=list(raw_mounts), pyxis_mounts=rendered,
-                     workdir=workdir, env_keep=tuple(keep),
-                     writable=_flag(data, "writable", source, None),
-                     remap_root=_flag(data, "remap_root", source, None),
-                     mount_home=_flag(data, "mount_home", source, False),
-                     name=name, name_flag=flag)
+            raise SpecError(
+                f"{var!r} is not a variable name", file=source, key=f"container.env_keep[{i}]"
+            )
+    return Container(
+        image=image,
+        uri=uri,
+        mounts=list(raw_mounts),
+        pyxis_mounts=rendered,
+        workdir=workdir,
+        env_keep=tuple(keep),
+        writable=_flag(data, "writable", source, None),
+        remap_root=_flag(data, "remap_root", source, None),
+        mount_home=_flag(data, "mount_home", source, False),
+        name=name,
+        name_flag=flag,
+    )
 
 
-def srun_options(c: Container, *, submit_dir: str | None = None, env_names: Iterable[str] = (),
-                 source: str | None = None) -> list[str]:
+def srun_options(
+    c: Container,
+    *,
+    submit_dir: str | None = None,
+    env_names: Iterable[str] = (),
+    source: str | None = None,
+) -> list[str]:
     """The ``srun`` options of a validated container block.
 
     ``submit_dir`` (default: the current directory) is the default workdir, mounted at the same
@@ -321,9 +413,12 @@ def srun_options(c: Container, *, submit_dir: str | None = None, env_names: Iter
     workdir = c.workdir
     if workdir is None:
         if not _PATH.match(submit_dir):
-            raise SpecError(f"the submit directory {submit_dir!r} cannot be mounted by pyxis",
-                            file=source, key="container.workdir",
-                            hint="set container.workdir (and mount your code) explicitly")
+            raise SpecError(
+                f"the submit directory {submit_dir!r} cannot be mounted by pyxis",
+                file=source,
+                key="container.workdir",
+                hint="set container.workdir (and mount your code) explicitly",
+            )
         workdir = submit_dir
         if not any(_covers(m.split(":")[1], submit_dir) for m in mounts):
             mounts.append(f"{submit_dir}:{submit_dir}")
@@ -332,19 +427,23 @@ def srun_options(c: Container, *, submit_dir: str | None = None, env_names: Iter
     opts.append(f"--container-workdir={workdir}")
     if c.name is not None:
         digest = _image_digest(c.uri, submit_dir)
-        opts.append(f"--container-name={c.name}-{digest}" + (f":{c.name_flag}" if c.name_flag
-                                                              else ""))
+        opts.append(
+            f"--container-name={c.name}-{digest}" + (f":{c.name_flag}" if c.name_flag else "")
+        )
     names = list(dict.fromkeys([*KEEP_ALWAYS, *c.env_keep, *env_names]))
     opts.append(f"--container-env={','.join(names)}")
-    for value, on, off in ((c.writable, "container-writable", "container-readonly"),
-                           (c.remap_root, "container-remap-root", "no-container-remap-root"),
-                           (c.mount_home, "container-mount-home", "no-container-mount-home")):
+    for value, on, off in (
+        (c.writable, "container-writable", "container-readonly"),
+        (c.remap_root, "container-remap-root", "no-container-remap-root"),
+        (c.mount_home, "container-mount-home", "no-container-mount-home"),
+    ):
         if value is not None:
             opts.append(f"--{on if value else off}")
     return opts
 
 
 # --- checking rendered options --------------------------------------------------------------
+
 
 def _check_value(name: str, value: str) -> None:
     """Raise ValueError if ``value`` is not valid syntax for option ``name``."""
@@ -365,14 +464,12 @@ def _check_value(name: str, value: str) -> None:
             raise ValueError("not an absolute file path")
     elif name == "container-name":
         base, _, flag = value.partition(":")
-        if not _NAME.match(base) or flag and flag not in NAME_FLAGS:
+        if not _NAME.match(base) or (flag and flag not in NAME_FLAGS):
             raise ValueError(f"not NAME[:{'|'.join(NAME_FLAGS)}]")
-    elif name == "container-env":
-        if not all(_ENV.match(v) for v in value.split(",")):
-            raise ValueError("not a comma-separated list of variable names")
-    elif name == "container-unshare":
-        if not all(v in UNSHARE for v in value.split(",")):
-            raise ValueError(f"namespaces are {', '.join(UNSHARE)}")
+    elif name == "container-env" and not all(_ENV.match(v) for v in value.split(",")):
+        raise ValueError("not a comma-separated list of variable names")
+    elif name == "container-unshare" and not all(v in UNSHARE for v in value.split(",")):
+        raise ValueError(f"namespaces are {', '.join(UNSHARE)}")
 
 
 def validate_option(opt: str, version: str = PYXIS_VERSION) -> Option:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
@@ -20,21 +21,39 @@ if TYPE_CHECKING:
 # The interpreter of a standalone script (submitted with plain sbatch): SLURMKIT_PYTHON wins.
 STANDALONE_PYTHON = "python3"
 # Placeholders shown for the rendezvous values that the runtime fills in on the first node.
-_SHOWN = {"MASTER_ADDR": "{master_addr}", "MASTER_PORT": "{master_port}",
-          "SLURM_JOB_ID": "{job_id}"}
+_SHOWN = {
+    "MASTER_ADDR": "{master_addr}",
+    "MASTER_PORT": "{master_port}",
+    "SLURM_JOB_ID": "{job_id}",
+}
 # spec.resources field -> sbatch option, in the order they are rendered
-_RESOURCE_OPTIONS = (("partition", "partition"), ("time", "time"), ("nodes", "nodes"),
-                     ("cpus", "cpus-per-task"), ("gpus", "gpus-per-node"), ("mem", "mem"),
-                     ("account", "account"), ("qos", "qos"), ("constraint", "constraint"),
-                     ("switches", "switches"))
+_RESOURCE_OPTIONS = (
+    ("partition", "partition"),
+    ("time", "time"),
+    ("nodes", "nodes"),
+    ("cpus", "cpus-per-task"),
+    ("gpus", "gpus-per-node"),
+    ("mem", "mem"),
+    ("account", "account"),
+    ("qos", "qos"),
+    ("constraint", "constraint"),
+    ("switches", "switches"),
+)
 
 
-def scripts(plan: Plan, indices: Sequence[int], max_array_size: int, sweep_dir: str,
-            python: str = sys.executable) -> list[tuple[Chunk, str]]:
+def scripts(
+    plan: Plan,
+    indices: Sequence[int],
+    max_array_size: int,
+    sweep_dir: str,
+    python: str = sys.executable,
+) -> list[tuple[Chunk, str]]:
     """One script per array chunk of the given trial indices, for the prepared ``sweep_dir``."""
     step = fill(plan.launch, {**_SHOWN, "SLURM_NNODES": str(plan.spec.resources.nodes)})
-    return [(c, render_array(plan.spec, c, sweep_dir=sweep_dir, python=python, step=step))
-            for c in chunks(indices, max_array_size)]
+    return [
+        (c, render_array(plan.spec, c, sweep_dir=sweep_dir, python=python, step=step))
+        for c in chunks(indices, max_array_size)
+    ]
 
 
 def standalone(plan: Plan, spec_path: str) -> str:
@@ -42,14 +61,25 @@ def standalone(plan: Plan, spec_path: str) -> str:
     task builds the sweep directory from ``spec_path``."""
     parts = chunks(range(plan.total), DEFAULT_MAX_ARRAY_SIZE)
     if len(parts) > 1:
-        raise UserError(f"{plan.total} trials do not fit one array of a default cluster",
-                        file=spec_path, hint="submit it with `slurmkit sweep`, which splits arrays")
-    return render_array(plan.spec, parts[0], sweep_dir=None, python=STANDALONE_PYTHON,
-                        spec_path=spec_path)
+        raise UserError(
+            f"{plan.total} trials do not fit one array of a default cluster",
+            file=spec_path,
+            hint="submit it with `slurmkit sweep`, which splits arrays",
+        )
+    return render_array(
+        plan.spec, parts[0], sweep_dir=None, python=STANDALONE_PYTHON, spec_path=spec_path
+    )
 
 
-def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python: str,
-                 spec_path: str | None = None, step: list[str] | None = None) -> str:
+def render_array(
+    spec: SweepSpec,
+    chunk: Chunk,
+    *,
+    sweep_dir: str | None,
+    python: str,
+    spec_path: str | None = None,
+    step: list[str] | None = None,
+) -> str:
     """The ``sbatch`` script for one array chunk of a sweep.
 
     ``sweep_dir`` is the prepared sweep directory (absolute). With ``sweep_dir=None`` the script
@@ -61,8 +91,10 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         if spec_path is None:
             raise ValueError("a standalone script needs spec_path")
         output = f"{spec.name}-%A_%a.out"
-        sweep_line = (f"export SLURMKIT_SWEEP_DIR=${{SLURMKIT_SWEEP_DIR:-{q(spec.output_root)}/"
-                      f"{q(spec.name)}/sbatch-$SLURM_ARRAY_JOB_ID}}")
+        sweep_line = (
+            f"export SLURMKIT_SWEEP_DIR=${{SLURMKIT_SWEEP_DIR:-{q(spec.output_root)}/"
+            f"{q(spec.name)}/sbatch-$SLURM_ARRAY_JOB_ID}}"
+        )
         task = f'"$PY" -m slurmkit.standalone --offset {chunk.offset} --spec {q(spec_path)}'
     else:
         output = f"{sweep_dir}/logs/%A_%a.out"
@@ -86,8 +118,11 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
         "set -u",
         sweep_line,
         f"PY=${{SLURMKIT_PYTHON:-{q(python)}}}",
-        *_supervise(task, spec.requeue.signal if spec.requeue.enabled else None,
-                    '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'),
+        *_supervise(
+            task,
+            spec.requeue.signal if spec.requeue.enabled else None,
+            '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
+        ),
         "",
     ]
     return "\n".join(lines)
@@ -96,8 +131,11 @@ def render_array(spec: SweepSpec, chunk: Chunk, *, sweep_dir: str | None, python
 def resource_options(r: Resources) -> list[str]:
     """``--key=value`` options of what every task asks for, in a stable order (values are
     validated: no whitespace)."""
-    opts = [f"--{flag}={getattr(r, key)}" for key, flag in _RESOURCE_OPTIONS
-            if getattr(r, key) is not None]
+    opts = [
+        f"--{flag}={getattr(r, key)}"
+        for key, flag in _RESOURCE_OPTIONS
+        if getattr(r, key) is not None
+    ]
     if r.tasks_per_node > 1:
         opts.append(f"--ntasks-per-node={r.tasks_per_node}")
     if r.exclusive:
@@ -122,8 +160,10 @@ def _describe(step: list[str] | None) -> list[str]:
     """Comment lines showing how the runtime launches each trial (argv; validated values)."""
     if not step:
         return []
-    return ["# The runtime launches each trial as (no shell; {...} filled in on the first node):",
-            f"#   {shlex.join(step)} COMMAND [PARAMETERS]"]
+    return [
+        "# The runtime launches each trial as (no shell; {...} filled in on the first node):",
+        f"#   {shlex.join(step)} COMMAND [PARAMETERS]",
+    ]
 
 
 def _supervise(command: str, signal: str | None, job_ref: str) -> list[str]:
@@ -139,14 +179,14 @@ def _supervise(command: str, signal: str | None, job_ref: str) -> list[str]:
     return [
         "slurmkit_pid=",
         "# shellcheck disable=SC2317  # called by the traps below",
-        'slurmkit_forward() { [ -n "$slurmkit_pid" ] && kill -s "$1" "$slurmkit_pid" 2>/dev/null; }',
+        'slurmkit_forward() { [ -n "$slurmkit_pid" ] && kill -s "$1" "$slurmkit_pid" 2>/dev/null; }',  # noqa: E501
         f"trap 'slurmkit_forward {signal}' {signal}",
         "trap 'slurmkit_forward TERM' TERM",
         f"{command} &",
         "slurmkit_pid=$!",
-        'while :; do wait "$slurmkit_pid"; rc=$?; kill -0 "$slurmkit_pid" 2>/dev/null || break; done',
+        'while :; do wait "$slurmkit_pid"; rc=$?; kill -0 "$slurmkit_pid" 2>/dev/null || break; done',  # noqa: E501
         f'if [ "$rc" -eq {REQUEUE_EXIT} ]; then',
-        f"  scontrol requeue {job_ref} || echo \"slurmkit: scontrol requeue failed\" >&2",
+        f'  scontrol requeue {job_ref} || echo "slurmkit: scontrol requeue failed" >&2',
         "fi",
         'exit "$rc"',
     ]

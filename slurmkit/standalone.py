@@ -13,7 +13,8 @@ import argparse
 import os
 import sys
 
-from . import plan, spec as spec_mod, store
+from . import plan, store
+from . import spec as spec_mod
 from .core.arrays import compress
 from .core.layout import SweepDir
 from .errors import UserError
@@ -24,11 +25,18 @@ def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) ->
     tasks doing the same."""
     sweep_spec = spec_mod.load(spec_path)
     trials = plan.expand(sweep_spec)
-    job = {"job_id": array_job_id, "offset": offset, "array": compress(range(len(trials))),
-           "script": None}
+    job = {
+        "job_id": array_job_id,
+        "offset": offset,
+        "array": compress(range(len(trials))),
+        "script": None,
+    }
     try:
-        return store.create(plan.make(sweep_spec, trials, os.getcwd()), root,
-                            submission={"backend": "slurm", "state": "submitted", "jobs": [job]})
+        return store.create(
+            plan.make(sweep_spec, trials, os.getcwd()),
+            root,
+            submission={"backend": "slurm", "state": "submitted", "jobs": [job]},
+        )
     except (UserError, OSError):
         sweep = SweepDir(root)
         if sweep.exists():  # another task of the array won the race

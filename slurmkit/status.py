@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from . import backends, store
 from .backends.base import LiveTask
@@ -59,8 +60,13 @@ class SweepStatus:
         return any(t.state in states.UNSUCCESSFUL for t in self.trials)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"sweep_dir": self.sweep_dir, "name": self.name, "counts": self.counts,
-                "finished": self.finished, "trials": [t.as_dict() for t in self.trials]}
+        return {
+            "sweep_dir": self.sweep_dir,
+            "name": self.name,
+            "counts": self.counts,
+            "finished": self.finished,
+            "trials": [t.as_dict() for t in self.trials],
+        }
 
 
 def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
@@ -69,8 +75,9 @@ def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
     config = read_json(sweep.sweep_json)
     rows = list(sweep.iter_manifest())
     files = store.read_statuses(sweep)
-    unfinished = {r["index"] for r in rows
-                  if files.get(r["id"], {}).get("state") != states.COMPLETED}
+    unfinished = {
+        r["index"] for r in rows if files.get(r["id"], {}).get("state") != states.COMPLETED
+    }
     live = backends.live_tasks(store.submissions(sweep), unfinished.__contains__)
     trials = []
     for row in rows:
@@ -85,11 +92,11 @@ def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
 class Seen(NamedTuple):
     """What is known of one trial when its state is decided."""
 
-    file: str | None     # the state its status.json records; None: it never started
-    slurm: str | None    # the scheduler's state of the task that owns it; None: not known
-    same_job: bool       # its last recorded attempt ran in that task
-    owned: bool          # a scheduler task owns it (from its latest submission)
-    here: bool           # a live process of this machine runs it (local backend)
+    file: str | None  # the state its status.json records; None: it never started
+    slurm: str | None  # the scheduler's state of the task that owns it; None: not known
+    same_job: bool  # its last recorded attempt ran in that task
+    owned: bool  # a scheduler task owns it (from its latest submission)
+    here: bool  # a live process of this machine runs it (local backend)
 
     @property
     def queued(self) -> bool:
@@ -115,30 +122,63 @@ def _scheduler(s: Seen) -> str:
 
 
 CASES: tuple[Case, ...] = (
-    Case("completed: its own record says so, whatever the scheduler",
-         lambda s: s.file == states.COMPLETED, lambda s: states.COMPLETED),
-    Case("requeued by its own task: waiting again, or back in the scheduler's hands",
-         lambda s: s.queued and s.same_job and s.file == states.REQUEUED,
-         lambda s: states.REQUEUED if s.slurm == states.SLURM_PENDING else _scheduler(s)),
-    Case("running in its own task", lambda s: s.queued and s.same_job and s.file == states.RUNNING,
-         lambda s: states.RUNNING),
-    Case("ended in its own task, which Slurm is still cleaning up",
-         lambda s: s.queued and s.same_job and s.file in states.FINAL
-         and s.file != states.TERMINATED and not states.slurm_waiting(s.slurm or ""),
-         lambda s: s.file or ""),
-    Case("queued or running, per the scheduler (a new task, or a record it overtook)",
-         lambda s: s.queued, _scheduler),
-    Case("vanished, and the scheduler says how its task ended",
-         lambda s: s.vanished and s.slurm is not None, _scheduler),
-    Case("vanished, with no scheduler task: stopped by a signal",
-         lambda s: s.vanished and not s.owned, lambda s: states.TERMINATED),
-    Case("vanished, and the scheduler forgot its task",
-         lambda s: s.vanished, lambda s: states.UNKNOWN),
+    Case(
+        "completed: its own record says so, whatever the scheduler",
+        lambda s: s.file == states.COMPLETED,
+        lambda s: states.COMPLETED,
+    ),
+    Case(
+        "requeued by its own task: waiting again, or back in the scheduler's hands",
+        lambda s: s.queued and s.same_job and s.file == states.REQUEUED,
+        lambda s: states.REQUEUED if s.slurm == states.SLURM_PENDING else _scheduler(s),
+    ),
+    Case(
+        "running in its own task",
+        lambda s: s.queued and s.same_job and s.file == states.RUNNING,
+        lambda s: states.RUNNING,
+    ),
+    Case(
+        "ended in its own task, which Slurm is still cleaning up",
+        lambda s: (
+            s.queued
+            and s.same_job
+            and s.file in states.FINAL
+            and s.file != states.TERMINATED
+            and not states.slurm_waiting(s.slurm or "")
+        ),
+        lambda s: s.file or "",
+    ),
+    Case(
+        "queued or running, per the scheduler (a new task, or a record it overtook)",
+        lambda s: s.queued,
+        _scheduler,
+    ),
+    Case(
+        "vanished, and the scheduler says how its task ended",
+        lambda s: s.vanished and s.slurm is not None,
+        _scheduler,
+    ),
+    Case(
+        "vanished, with no scheduler task: stopped by a signal",
+        lambda s: s.vanished and not s.owned,
+        lambda s: states.TERMINATED,
+    ),
+    Case(
+        "vanished, and the scheduler forgot its task",
+        lambda s: s.vanished,
+        lambda s: states.UNKNOWN,
+    ),
     Case("ended: its record says how", lambda s: s.file is not None, lambda s: s.file or ""),
-    Case("never started, and the scheduler says how its task ended",
-         lambda s: s.owned and s.slurm is not None, _scheduler),
-    Case("never started, and the scheduler forgot its task", lambda s: s.owned,
-         lambda s: states.UNKNOWN),
+    Case(
+        "never started, and the scheduler says how its task ended",
+        lambda s: s.owned and s.slurm is not None,
+        _scheduler,
+    ),
+    Case(
+        "never started, and the scheduler forgot its task",
+        lambda s: s.owned,
+        lambda s: states.UNKNOWN,
+    ),
     Case("about to start here", lambda s: s.here, lambda s: states.PENDING),
     Case("never submitted", lambda s: True, lambda s: states.NOT_SUBMITTED),
 )
@@ -154,22 +194,33 @@ def decide(seen: Seen) -> tuple[str, Case]:
     raise AssertionError("the last case applies to every trial")
 
 
-def _merge(row: dict[str, Any], status: dict[str, Any] | None,
-           live: LiveTask | None) -> TrialStatus:
+def _merge(
+    row: dict[str, Any], status: dict[str, Any] | None, live: LiveTask | None
+) -> TrialStatus:
     """One trial's status from its manifest row, status file and live task."""
     attempts = status.get("attempts", []) if status else []
     last = attempts[-1] if attempts else {}
     task = live.task if live is not None else None
     job = live.job if live is not None else None
-    t = TrialStatus(row["index"], row["id"], row["params"], states.NOT_SUBMITTED,
-                    exit_code=status.get("exit_code") if status else None, attempts=len(attempts),
-                    host=last.get("host"), job=job,
-                    cause=status.get("cause") if status else None)
+    t = TrialStatus(
+        row["index"],
+        row["id"],
+        row["params"],
+        states.NOT_SUBMITTED,
+        exit_code=status.get("exit_code") if status else None,
+        attempts=len(attempts),
+        host=last.get("host"),
+        job=job,
+        cause=status.get("cause") if status else None,
+    )
     ran_in = f"{last.get('array_job_id')}_{last.get('array_task_id')}"
-    seen = Seen(file=status.get("state") if status else None,
-                slurm=task.state if task is not None else None,
-                same_job=job is not None and ran_in == job, owned=job is not None,
-                here=live is not None and live.here)
+    seen = Seen(
+        file=status.get("state") if status else None,
+        slurm=task.state if task is not None else None,
+        same_job=job is not None and ran_in == job,
+        owned=job is not None,
+        here=live is not None and live.here,
+    )
     t.state, _ = decide(seen)
     if task is not None:
         t.reason = task.reason if task.reason not in ("None", "") else ""
@@ -178,8 +229,11 @@ def _merge(row: dict[str, Any], status: dict[str, Any] | None,
     return t
 
 
-def wait(fetch: Callable[[], SweepStatus], interval: float = 2.0,
-         on_poll: Callable[[SweepStatus], None] | None = None) -> SweepStatus:
+def wait(
+    fetch: Callable[[], SweepStatus],
+    interval: float = 2.0,
+    on_poll: Callable[[SweepStatus], None] | None = None,
+) -> SweepStatus:
     """Poll (one scheduler query each time) until every trial has finished; ``on_poll`` sees
     every poll's status."""
     while True:

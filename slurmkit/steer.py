@@ -14,8 +14,9 @@ from .errors import UserError
 from .status import collect
 
 
-def results_table(root: str, sort_key: str | None = None,
-                  desc: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+def results_table(
+    root: str, sort_key: str | None = None, desc: bool = False
+) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per trial (index, id, state, params, metrics) and the column order."""
     current = collect(root, with_metrics=True)
     param_cols: list[str] = []
@@ -29,11 +30,20 @@ def results_table(root: str, sort_key: str | None = None,
             if k not in metric_cols:
                 metric_cols.append(k)
         rows.append({"index": t.index, "id": t.id, "state": t.state, **t.params, **t.metrics})
-    columns = ["index", "id", "state", *param_cols, *(m for m in metric_cols if m not in param_cols)]
+    columns = [
+        "index",
+        "id",
+        "state",
+        *param_cols,
+        *(m for m in metric_cols if m not in param_cols),
+    ]
     if sort_key:
         if sort_key not in columns:
-            raise UserError(f"no metric or parameter named {sort_key!r}", key="--sort",
-                            hint=f"known: {', '.join(columns[3:]) or '(no metrics reported yet)'}")
+            raise UserError(
+                f"no metric or parameter named {sort_key!r}",
+                key="--sort",
+                hint=f"known: {', '.join(columns[3:]) or '(no metrics reported yet)'}",
+            )
         have = [r for r in rows if isinstance(r.get(sort_key), (int, float, str))]
         have.sort(key=lambda r: (isinstance(r[sort_key], str), r[sort_key]), reverse=desc)
         rows = have + [r for r in rows if r not in have]
@@ -49,8 +59,11 @@ def find_trial(root: str, ref: str) -> dict[str, Any]:
     matches = [r for r in rows if r["id"].startswith(ref)]
     if len(matches) == 1:
         return matches[0]
-    raise UserError(f"{'several trials match' if matches else 'no trial matches'} {ref!r}",
-                    key="TRIAL", hint=f"an index 0..{len(rows) - 1} or a unique id prefix")
+    raise UserError(
+        f"{'several trials match' if matches else 'no trial matches'} {ref!r}",
+        key="TRIAL",
+        hint=f"an index 0..{len(rows) - 1} or a unique id prefix",
+    )
 
 
 def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
@@ -62,7 +75,9 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     attempts = (read_json(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
     for attempt in reversed(attempts):
         if "array_job_id" in attempt:
-            return os.path.join(sweep.logs, f"{attempt['array_job_id']}_{attempt['array_task_id']}.out")
+            return os.path.join(
+                sweep.logs, f"{attempt['array_job_id']}_{attempt['array_task_id']}.out"
+            )
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
 
 
@@ -80,9 +95,11 @@ class Cancelled:
         return [s.text for group in self.stopped.values() for s in group]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"sweep_dir": self.sweep_dir,
-                **{key: [s.value for s in group] for key, group in self.stopped.items()},
-                "dry_run": self.dry_run}
+        return {
+            "sweep_dir": self.sweep_dir,
+            **{key: [s.value for s in group] for key, group in self.stopped.items()},
+            "dry_run": self.dry_run,
+        }
 
 
 def cancel(root: str, dry_run: bool = False) -> Cancelled:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .core.fsutil import atomic_write_json, make_temp_dir, read_json
@@ -32,8 +33,14 @@ def sweep_config(plan: Plan) -> dict[str, Any]:
     """What ``sweep.json`` holds: the resolved spec, how trials are launched, and where and by
     what it was made."""
     spec = plan.spec
-    return {**spec.to_dict(), "source": spec.source, "submit_dir": plan.submit_dir,
-            "launch": plan.launch, "created": time.time(), "slurmkit_version": __version__}
+    return {
+        **spec.to_dict(),
+        "source": spec.source,
+        "submit_dir": plan.submit_dir,
+        "launch": plan.launch,
+        "created": time.time(),
+        "slurmkit_version": __version__,
+    }
 
 
 def create(plan: Plan, root: str, submission: dict[str, Any] | None = None) -> SweepDir:
@@ -89,8 +96,12 @@ def to_yaml(spec: SweepSpec) -> str:
     # PyYAML costs ~12 ms to import: only commands that write a sweep directory pay for it
     import yaml
 
-    return yaml.dump(spec.to_dict(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
-                     sort_keys=False, allow_unicode=True)
+    return yaml.dump(
+        spec.to_dict(),
+        Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+        sort_keys=False,
+        allow_unicode=True,
+    )
 
 
 def open_sweep(root: str) -> SweepDir:

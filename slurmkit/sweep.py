@@ -7,9 +7,11 @@ sweep directory (created before the backend submits, recorded by it).
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from . import backends, plan as plans, render, spec as spec_mod, store
+from . import backends, render, store
+from . import plan as plans
+from . import spec as spec_mod
 from .backends.base import Backend, Progress, Submission
 from .core import states
 from .core.fsutil import read_json
@@ -26,9 +28,15 @@ def choose_backend(name: str) -> Backend:
     return backends.choose(name)
 
 
-def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | None = None,
-           dry_run: bool = False, on_done: Progress | None = None,
-           on_target: OnTarget | None = None) -> Submission:
+def submit(
+    spec: spec_mod.SweepSpec,
+    *,
+    backend: str = "auto",
+    sweep_dir: str | None = None,
+    dry_run: bool = False,
+    on_done: Progress | None = None,
+    on_target: OnTarget | None = None,
+) -> Submission:
     """Create the sweep directory and submit every trial.
 
     Nothing is left behind when the spec is invalid or the scheduler refuses the first array.
@@ -48,8 +56,16 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
     indices = list(range(work.total))
     scripts = render.scripts(work, indices, target.max_array_size, root)
     if dry_run:
-        return Submission(root, target.name, work.total, indices, scripts=[s for _, s in scripts],
-                          note=target.note, dry_run=True, ran_here=target.runs_here)
+        return Submission(
+            root,
+            target.name,
+            work.total,
+            indices,
+            scripts=[s for _, s in scripts],
+            note=target.note,
+            dry_run=True,
+            ran_here=target.runs_here,
+        )
     sweep = store.create(work, root)
     try:
         if on_target is not None:
@@ -60,9 +76,15 @@ def submit(spec: spec_mod.SweepSpec, *, backend: str = "auto", sweep_dir: str | 
         raise
 
 
-def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = None,
-           dry_run: bool = False, on_done: Progress | None = None,
-           on_target: OnTarget | None = None) -> Submission:
+def resume(
+    root: str,
+    overrides: Sequence[str] = (),
+    *,
+    backend: str | None = None,
+    dry_run: bool = False,
+    on_done: Progress | None = None,
+    on_target: OnTarget | None = None,
+) -> Submission:
     """Submit again the trials that are neither COMPLETED nor still queued or running.
 
     ``overrides`` may change ``resources.*``, ``max_parallel`` and ``env.*`` (not the trials).
@@ -74,17 +96,27 @@ def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = No
     config = read_json(sweep.sweep_json)
     spec = spec_mod.resumed(config, overrides, sweep.sweep_json)
     current = collect(sweep.root)
-    todo = [t.index for t in current.trials
-            if t.state != states.COMPLETED and t.state not in states.ACTIVE]
+    todo = [
+        t.index
+        for t in current.trials
+        if t.state != states.COMPLETED and t.state not in states.ACTIVE
+    ]
     target = choose_backend(backend or backends.for_resume(store.submissions(sweep)))
     if todo and not dry_run:
         target.check(spec)
     work = plans.resumed(spec, config, len(current.trials), changed=bool(overrides))
     scripts = render.scripts(work, todo, target.max_array_size, sweep.root) if todo else []
     if dry_run or not todo:
-        return Submission(sweep.root, target.name, work.total, todo,
-                          scripts=[s for _, s in scripts], note=target.note, dry_run=dry_run,
-                          ran_here=target.runs_here)
+        return Submission(
+            sweep.root,
+            target.name,
+            work.total,
+            todo,
+            scripts=[s for _, s in scripts],
+            note=target.note,
+            dry_run=dry_run,
+            ran_here=target.runs_here,
+        )
     if overrides:
         store.update_config(sweep, work)
     if on_target is not None:
@@ -94,8 +126,10 @@ def resume(root: str, overrides: Sequence[str] = (), *, backend: str | None = No
 
 def _check_path(root: str) -> None:
     if any(c.isspace() or c in "\"'%\\" for c in root):
-        raise UserError(f"{root!r}: sweep directories cannot hold whitespace, quotes, '%' or '\\'",
-                        key="--sweep-dir")
+        raise UserError(
+            f"{root!r}: sweep directories cannot hold whitespace, quotes, '%' or '\\'",
+            key="--sweep-dir",
+        )
 
 
 def render_standalone(spec: spec_mod.SweepSpec, spec_path: str) -> str:

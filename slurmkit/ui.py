@@ -7,7 +7,8 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
@@ -24,10 +25,20 @@ if TYPE_CHECKING:
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
-STYLE = {states.COMPLETED: "green", states.RUNNING: "cyan", states.PENDING: "yellow",
-         states.REQUEUED: "yellow", states.FAILED: "red", states.TIMEOUT: "red",
-         states.CANCELLED: "magenta", states.NODE_FAIL: "red", states.TERMINATED: "magenta",
-         states.PREEMPTED: "yellow", states.UNKNOWN: "dim", states.NOT_SUBMITTED: "dim"}
+STYLE = {
+    states.COMPLETED: "green",
+    states.RUNNING: "cyan",
+    states.PENDING: "yellow",
+    states.REQUEUED: "yellow",
+    states.FAILED: "red",
+    states.TIMEOUT: "red",
+    states.CANCELLED: "magenta",
+    states.NODE_FAIL: "red",
+    states.TERMINATED: "magenta",
+    states.PREEMPTED: "yellow",
+    states.UNKNOWN: "dim",
+    states.NOT_SUBMITTED: "dim",
+}
 ROWS = 25
 
 
@@ -43,8 +54,14 @@ def _short(value: Any, width: int = 40) -> str:
 
 def _trial_bar() -> Progress:
     """A progress bar over trials, with a free-text field ``extra`` after the count."""
-    return Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[extra]}"), TimeElapsedColumn(), console=err)
+    return Progress(
+        TextColumn("[bold]trials"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[extra]}"),
+        TimeElapsedColumn(),
+        console=err,
+    )
 
 
 class Reporter:
@@ -69,8 +86,9 @@ class Reporter:
             return
         if trial.status.get("state") not in (None, *states.SUCCESS):
             self.failed += 1
-        self.progress.update(self.task, advance=1,
-                             extra=f"[red]{self.failed} failed[/red]" if self.failed else "")
+        self.progress.update(
+            self.task, advance=1, extra=f"[red]{self.failed} failed[/red]" if self.failed else ""
+        )
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -80,34 +98,55 @@ class Reporter:
 def print_submission(result: Submission) -> None:
     if result.ran_here:
         failed = sorted(i for i, c in result.exit_codes.items() if c != 0)
-        out.print(f"ran {len(result.exit_codes)} trial(s) locally: "
-                  f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
-                  + (f", [red]{len(failed)} failed[/red] (indices {_short(failed, 60)})" if failed else ""))
+        out.print(
+            f"ran {len(result.exit_codes)} trial(s) locally: "
+            f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
+            + (
+                f", [red]{len(failed)} failed[/red] (indices {_short(failed, 60)})"
+                if failed
+                else ""
+            )
+        )
     elif not result.indices:
         out.print("nothing to submit: every trial is completed, queued or running")
     else:
         jobs = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in result.jobs)
-        out.print(f"submitted {len(result.indices)} of {result.trials} trial(s) as job array {jobs}")
+        out.print(
+            f"submitted {len(result.indices)} of {result.trials} trial(s) as job array {jobs}"
+        )
     out.print(f"sweep directory: [bold]{result.sweep_dir}[/bold]")
     out.print(f"next: slurmkit status {result.sweep_dir}")
 
 
 def status_view(current: SweepStatus, show_all: bool) -> Table:
     counts = "  ".join(f"[{STYLE.get(s, '')}]{s} {n}[/]" for s, n in current.counts.items())
-    table = Table(title=f"{current.name}: {len(current.trials)} trials   {counts}",
-                  title_justify="left", expand=False)
+    table = Table(
+        title=f"{current.name}: {len(current.trials)} trials   {counts}",
+        title_justify="left",
+        expand=False,
+    )
     for col in ("idx", "id", "state", "why", "exit", "tries", "host", "job", "params"):
         table.add_column(col, overflow="fold" if col == "params" else "ellipsis")
     trials = current.trials
     if not show_all and len(trials) > ROWS:
         trials = sorted(trials, key=lambda t: t.state in states.SUCCESS)[:ROWS]
-        table.caption = f"{ROWS} of {len(current.trials)} rows (unfinished first); --all for every row"
+        table.caption = (
+            f"{ROWS} of {len(current.trials)} rows (unfinished first); --all for every row"
+        )
     for t in sorted(trials, key=lambda t: t.index):
         params = " ".join(f"{k}={_short(v, 24)}" for k, v in t.params.items())
         why = t.cause or (t.reason if t.state == states.PENDING else "")
-        table.add_row(str(t.index), t.id, f"[{STYLE.get(t.state, '')}]{t.state}[/]", why or "",
-                      "" if t.exit_code is None else str(t.exit_code), str(t.attempts),
-                      t.host or "", t.job or "", _short(params, 80))
+        table.add_row(
+            str(t.index),
+            t.id,
+            f"[{STYLE.get(t.state, '')}]{t.state}[/]",
+            why or "",
+            "" if t.exit_code is None else str(t.exit_code),
+            str(t.attempts),
+            t.host or "",
+            t.job or "",
+            _short(params, 80),
+        )
     return table
 
 
@@ -127,8 +166,11 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
 
         def show(current: SweepStatus) -> None:
             done = sum(1 for t in current.trials if t.state in states.FINAL)
-            counts = " ".join(f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
-                              for k, n in current.counts.items() if k not in states.SUCCESS)
+            counts = " ".join(
+                f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
+                for k, n in current.counts.items()
+                if k not in states.SUCCESS
+            )
             progress.update(task, total=len(current.trials), completed=done, extra=counts)
 
         return wait(fetch, interval, show)
@@ -136,18 +178,29 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
 
 def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     """The results table; the trial id and an all-COMPLETED state column are left to --json."""
-    shown = [c for c in columns if c != "id"
-             and not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))]
+    shown = [
+        c
+        for c in columns
+        if c != "id" and not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))
+    ]
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:
-        table.add_column(col, overflow="ellipsis", no_wrap=True, min_width=min(len(col), 12),
-                         justify="right" if col == "index" else "left")
+        table.add_column(
+            col,
+            overflow="ellipsis",
+            no_wrap=True,
+            min_width=min(len(col), 12),
+            justify="right" if col == "index" else "left",
+        )
     for row in rows:
         cells = []
         for col in shown:
             value = row.get(col)
-            cells.append("" if value is None else (f"{value:.4g}" if isinstance(value, float)
-                                                   else _short(value, 30)))
+            cells.append(
+                ""
+                if value is None
+                else (f"{value:.4g}" if isinstance(value, float) else _short(value, 30))
+            )
         table.add_row(*cells)
     out.print(table)
 
@@ -156,8 +209,12 @@ def print_csv(rows: list[dict[str, Any]], columns: list[str]) -> None:
     writer = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: v if isinstance(v, (str, int, float)) or v is None else json.dumps(v)
-                         for k, v in row.items()})
+        writer.writerow(
+            {
+                k: v if isinstance(v, (str, int, float)) or v is None else json.dumps(v)
+                for k, v in row.items()
+            }
+        )
 
 
 def print_file(path: str, follow: bool) -> None:

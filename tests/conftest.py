@@ -19,11 +19,18 @@ PAYLOAD = ROOT / "tests" / "payloads" / "trial.py"
 SLURMKIT = [sys.executable, "-m", "slurmkit.cli"]
 
 
-def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run the real ``slurmkit`` command in a subprocess."""
-    return subprocess.run([*SLURMKIT, *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [*SLURMKIT, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def write_spec(path: Path, body: str) -> Path:
@@ -41,8 +48,10 @@ def no_user_config(monkeypatch):
 @pytest.fixture
 def spec_file(tmp_path: Path):
     """``spec_file(body)`` writes a sweep spec into tmp_path and returns its path."""
+
     def make(body: str, name: str = "spec.yaml") -> Path:
         return write_spec(tmp_path / name, body)
+
     return make
 
 
@@ -53,6 +62,7 @@ def assert_shell_ok(text: str) -> None:
     assert parsed.returncode == 0, parsed.stderr
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (make lint installs it)")
-    checked = subprocess.run(["shellcheck", "-s", "bash", "-"], input=text, text=True,
-                             capture_output=True)
+    checked = subprocess.run(
+        ["shellcheck", "-s", "bash", "-"], input=text, text=True, capture_output=True
+    )
     assert checked.returncode == 0, checked.stdout

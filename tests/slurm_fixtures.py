@@ -22,8 +22,17 @@ import pytest
 UP_SH = Path(__file__).resolve().parent / "cluster" / "up.sh"
 CANNOT_START = 3  # up.sh's exit code when the cluster cannot run on this machine
 FINAL_STATES = frozenset(
-    {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-     "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT"}
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
+    }
 )
 # One "Key=value" of `scontrol show ... -o`; a value runs up to the next " Key=".
 _FIELD = re.compile(r"(?:^| )([A-Za-z][\w/:]*)=(.*?)(?= [A-Za-z][\w/:]*=|$)")
@@ -111,6 +120,7 @@ class SlurmCluster:
 
         Address an array task as ``ARRAYJOBID_TASKID``; ``starttime=now`` can fail the relaunch.
         """
+
         def held() -> bool:
             records = self.jobs(job_id)
             return bool(records) and all(
@@ -133,8 +143,10 @@ class SlurmCluster:
         """Whether slurmctld has heard from the nodes (state neither ``unk`` nor marked ``*``)."""
         proc = self.run("sinfo", "-h", "-N", "-o", "%t", *sinfo_args, check=False)
         states = proc.stdout.split()
-        return proc.returncode == 0 and bool(states) and not any(
-            s.startswith("unk") or s.endswith("*") for s in states
+        return (
+            proc.returncode == 0
+            and bool(states)
+            and not any(s.startswith("unk") or s.endswith("*") for s in states)
         )
 
     def restart_slurmctld(self) -> None:
@@ -147,12 +159,18 @@ class SlurmCluster:
         os.kill(pid, signal.SIGTERM)
         _poll(lambda: not _running(pid), 30, f"slurmctld {pid} to exit", interval=0.05)
         subprocess.run(
-            ["slurmctld", "-f", str(self.conf)], env=self.env, check=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ["slurmctld", "-f", str(self.conf)],
+            env=self.env,
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         _poll(
             lambda: self.run("scontrol", "ping", check=False).returncode == 0,
-            30, "slurmctld to answer", interval=0.05,
+            30,
+            "slurmctld to answer",
+            interval=0.05,
         )
         self.run("scontrol", "reconfigure")
         _poll(self._responding, 30, "nodes to answer the restarted slurmctld")
@@ -187,8 +205,10 @@ def _answers(conf: str) -> bool:
     """Whether the slurmctld of ``conf`` answers."""
     try:
         proc = subprocess.run(
-            ["scontrol", "ping"], env={**os.environ, "SLURM_CONF": conf},
-            capture_output=True, timeout=15,
+            ["scontrol", "ping"],
+            env={**os.environ, "SLURM_CONF": conf},
+            capture_output=True,
+            timeout=15,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False

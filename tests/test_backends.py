@@ -3,11 +3,13 @@ and cancel without a change anywhere else; choosing and falling back."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
-from slurmkit import backends, spec as spec_mod, status, steer, store, sweep
+from slurmkit import backends, status, steer, store, sweep
+from slurmkit import spec as spec_mod
 from slurmkit.backends.base import Backend, LiveTask, Stopped, Submission, TaskState
 from slurmkit.errors import SchedulerError, UserError
 
@@ -29,18 +31,27 @@ class FakeBackend(Backend):
         store.record_submission(sweep_dir, {"backend": self.name, "tasks": indices})
         for i in indices:
             QUEUE[f"fake-{i}"] = TaskState("PENDING", "Resources")
-        return Submission(sweep_dir.root, self.name, plan.total, indices,
-                          scripts=[s for _, s in scripts], note=self.note)
+        return Submission(
+            sweep_dir.root,
+            self.name,
+            plan.total,
+            indices,
+            scripts=[s for _, s in scripts],
+            note=self.note,
+        )
 
     def indices(self, record: dict[str, Any]) -> list[int]:
         return list(record["tasks"])
 
     def live(self, records, owned, ask) -> dict[int, LiveTask]:
-        return {i: LiveTask(f"fake-{i}", QUEUE.get(f"fake-{i}") if i in ask else None, False)
-                for i in owned}
+        return {
+            i: LiveTask(f"fake-{i}", QUEUE.get(f"fake-{i}") if i in ask else None, False)
+            for i in owned
+        }
 
-    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
-               dry_run: bool) -> list[Stopped]:
+    def cancel(
+        self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
+    ) -> list[Stopped]:
         mine = sorted(j for j in live_jobs if j.startswith("fake-"))
         if not dry_run:
             for job in mine:
@@ -64,13 +75,15 @@ def fake(monkeypatch):
 
 
 def test_a_registered_backend_runs_submit_status_resume_and_cancel(fake, spec_file, tmp_path):
-    s = spec_mod.load(str(spec_file(f"command: x\nparams: {{a: [1, 2, 3]}}\n"
-                                    f"output_root: {tmp_path / 'runs'}\n")))
+    s = spec_mod.load(
+        str(spec_file(f"command: x\nparams: {{a: [1, 2, 3]}}\noutput_root: {tmp_path / 'runs'}\n"))
+    )
     sub = sweep.submit(s, backend="fake")
     assert (sub.backend, sub.indices, len(sub.scripts)) == ("fake", [0, 1, 2], 1)
     current = status.collect(sub.sweep_dir)
     assert [(t.state, t.job, t.reason) for t in current.trials] == [
-        ("PENDING", f"fake-{i}", "Resources") for i in range(3)]
+        ("PENDING", f"fake-{i}", "Resources") for i in range(3)
+    ]
     QUEUE["fake-1"] = TaskState("FAILED", "", 3)
     assert status.collect(sub.sweep_dir).trials[1].state == "FAILED"
     again = sweep.resume(sub.sweep_dir)  # sticky: back to the fake backend, failed trial only
@@ -103,7 +116,9 @@ def test_auto_falls_back_when_the_controller_does_not_answer(monkeypatch):
     def refuse(timeout: float) -> Any:
         raise SchedulerError("no Slurm controller answered (x)")
 
-    monkeypatch.setattr(slurm.SlurmBackend, "probe", classmethod(lambda cls, timeout: refuse(timeout)))
+    monkeypatch.setattr(
+        slurm.SlurmBackend, "probe", classmethod(lambda cls, timeout: refuse(timeout))
+    )
     chosen = backends.choose("auto")
     assert chosen.name == "local"
     assert chosen.note == "no Slurm controller answered (x): running the sweep on this machine"
@@ -121,8 +136,10 @@ def test_latest_submission_owns_a_trial_across_backends(monkeypatch):
     from slurmkit.backends import local
 
     monkeypatch.setattr(local, "pid_alive", lambda pid: pid == 111)
-    records = [{"backend": "slurm", "jobs": [{"job_id": "7", "offset": 0, "array": "0-2"}]},
-               {"backend": "local", "pid": 111, "indices": "1"}]
+    records = [
+        {"backend": "slurm", "jobs": [{"job_id": "7", "offset": 0, "array": "0-2"}]},
+        {"backend": "local", "pid": 111, "indices": "1"},
+    ]
     monkeypatch.setattr("slurmkit.backends.slurm.available", lambda tool="sbatch": False)
     live = backends.live_tasks(records, lambda i: True)
     assert live[0] == LiveTask("7_0", None, False) and live[2] == LiveTask("7_2", None, False)

@@ -19,8 +19,9 @@ ALLOWED = re.compile(r"^slurmkit(\.core(\.\w+)?|\.runtime(\.[\w.]+)?)?$")
 
 
 def _modules(code: str) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     return json.loads(proc.stdout)
 
 
@@ -37,12 +38,15 @@ def _package_modules(package: str) -> list[str]:
 
 
 def test_every_runtime_and_core_module_imports_nothing_from_the_login_side():
-    mods = _package_modules("slurmkit.core") + [m for m in _package_modules("slurmkit.runtime")
-                                                if m != "slurmkit.runtime.torchstate"]
+    mods = _package_modules("slurmkit.core") + [
+        m for m in _package_modules("slurmkit.runtime") if m != "slurmkit.runtime.torchstate"
+    ]
     assert "slurmkit.runtime.trial" in mods and "slurmkit.core.layout" in mods
     for mod in mods:  # one process each: what one module pulls in is not hidden by another
-        code = (f"import importlib, json, sys; importlib.import_module({mod!r}); "
-                "print(json.dumps(sorted(sys.modules)))")
+        code = (
+            f"import importlib, json, sys; importlib.import_module({mod!r}); "
+            "print(json.dumps(sorted(sys.modules)))"
+        )
         loaded = _modules(code)
         login = [m for m in loaded if m.startswith("slurmkit") and not ALLOWED.match(m)]
         assert not login, f"{mod} imports login-side modules {login}"
@@ -51,8 +55,9 @@ def test_every_runtime_and_core_module_imports_nothing_from_the_login_side():
 
 
 def test_torchstate_needs_torch_and_nothing_from_the_login_side():
-    loaded = _modules("import json, sys, slurmkit.runtime.torchstate; "
-                      "print(json.dumps(sorted(sys.modules)))")
+    loaded = _modules(
+        "import json, sys, slurmkit.runtime.torchstate; print(json.dumps(sorted(sys.modules)))"
+    )
     assert "torch" in loaded
     assert not [m for m in loaded if m.startswith("slurmkit") and not ALLOWED.match(m)]
     assert not [m for m in loaded if m.split(".")[0] in LOGIN_LIBRARIES]
@@ -63,16 +68,31 @@ def test_a_task_on_an_existing_sweep_loads_only_the_runtime(tmp_path):
     module the runtime process imported (the trial's own process is another interpreter)."""
     spec = tmp_path / "s.yaml"
     spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")
-    made = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "local",
-                   "--json", cwd=tmp_path)
+    made = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "local",
+        "--json",
+        cwd=tmp_path,
+    )
     root = json.loads(made.stdout)["sweep_dir"]
     env = {**os.environ, "SLURMKIT_SWEEP_DIR": root, "SLURM_ARRAY_TASK_ID": "0"}
     env.pop("SLURM_JOB_ID", None)
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "slurmkit.runtime", "task"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "slurmkit.runtime", "task"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    loaded = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
-              if line.startswith("import time:") and "|" in line]
+    loaded = [
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    ]
     assert "slurmkit.runtime.trial" in loaded
     login = [m for m in loaded if m.startswith("slurmkit") and not ALLOWED.match(m)]
     assert not login, f"the runtime task imported {login}"
@@ -80,15 +100,25 @@ def test_a_task_on_an_existing_sweep_loads_only_the_runtime(tmp_path):
 
 
 def test_help_imports_no_heavy_library():
-    code = ("import json, sys; sys.argv = ['slurmkit', '--help']\n"
-            "from slurmkit import cli\n"
-            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
+    code = (
+        "import json, sys; sys.argv = ['slurmkit', '--help']\n"
+        "from slurmkit import cli\n"
+        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     loaded = json.loads(proc.stderr)
-    heavy = [m for m in loaded if m.split(".")[0] in
-             ("torch", "submitit", "omegaconf", "yaml", "rich", "fsspec", "numpy")]
+    heavy = [
+        m
+        for m in loaded
+        if m.split(".")[0] in ("torch", "submitit", "omegaconf", "yaml", "rich", "fsspec", "numpy")
+    ]
     assert not heavy, heavy
-    assert not [m for m in loaded if m.startswith(("slurmkit.spec", "slurmkit.sweep",
-                                                   "slurmkit.runtime", "slurmkit.backends."))]
+    assert not [
+        m
+        for m in loaded
+        if m.startswith(
+            ("slurmkit.spec", "slurmkit.sweep", "slurmkit.runtime", "slurmkit.backends.")
+        )
+    ]
     assert SLURMKIT  # the console script runs the same main()

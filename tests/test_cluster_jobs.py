@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 from test_cluster_sweeps import wait_sweep
 
@@ -17,21 +16,32 @@ PAYLOAD = ROOT / "tests" / "payloads" / "allreduce.py"
 def submit_job(tmp_path: Path, body: str, *overrides: str, expect: int = 0):
     spec = tmp_path / "job.yaml"
     spec.write_text(body)
-    proc = run_cli("submit", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
-                   "--json", *overrides, cwd=tmp_path)
+    proc = run_cli(
+        "submit",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "slurm",
+        "--json",
+        *overrides,
+        cwd=tmp_path,
+    )
     assert proc.returncode == expect, proc.stderr
     return json.loads(proc.stdout) if expect == 0 else proc
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_two_nodes_two_tasks_all_reduce(slurm_cluster, tmp_path, launcher):
-    result = submit_job(tmp_path, f"""
+    result = submit_job(
+        tmp_path,
+        f"""
 name: allreduce-{launcher}
 command: [python, {PAYLOAD}]
 launcher: {launcher}
 resources: {{nodes: 2, tasks_per_node: 2, time: "0:05:00"}}
 env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
-""")
+""",
+    )
     final = wait_sweep(result["sweep_dir"], timeout=180)
     trial = final["trials"][0]
     tdir = Path(result["sweep_dir"]) / "trials" / trial["id"]
@@ -46,11 +56,15 @@ env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
 
 
 def test_container_job_without_pyxis_names_the_plugin(slurm_cluster, tmp_path):
-    proc = submit_job(tmp_path, f"""
+    proc = submit_job(
+        tmp_path,
+        f"""
 name: boxed
 command: [python, {PAYLOAD}]
 container: {{image: nvcr.io/nvidia/pytorch:24.01-py3}}
-""", expect=2)
+""",
+        expect=2,
+    )
     assert "pyxis" in proc.stderr and "--container-image" in proc.stderr
     assert "Traceback" not in proc.stderr
     runs = tmp_path / "runs"
@@ -67,8 +81,15 @@ launcher: srun
 resources: {{nodes: 2, tasks_per_node: 2, time: "0:05:00"}}
 env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
 """)
-    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
-                   "--json", cwd=tmp_path)
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "slurm",
+        "--json",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     root = json.loads(proc.stdout)["sweep_dir"]
     final = wait_sweep(root, timeout=180)

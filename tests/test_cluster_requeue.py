@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import PAYLOAD, ROOT, run_cli
+
 from slurmkit.errors import SchedulerError
 from slurmkit.status import collect
 
@@ -33,8 +33,11 @@ def reference(tmp_path_factory) -> callable:
         key = json.dumps(params, sort_keys=True)
         if key not in cache:
             tdir = tmp_path_factory.mktemp("reference")
-            env = {**os.environ, "SLURMKIT_TRIAL_DIR": str(tdir),
-                   "SLURMKIT_PARAMS": json.dumps({**params, "step_time": 0})}
+            env = {
+                **os.environ,
+                "SLURMKIT_TRIAL_DIR": str(tdir),
+                "SLURMKIT_PARAMS": json.dumps({**params, "step_time": 0}),
+            }
             subprocess.run([sys.executable, str(TRAIN)], env=env, check=True, capture_output=True)
             cache[key] = json.loads((tdir / "metrics.json").read_text())
         return cache[key]
@@ -45,8 +48,15 @@ def reference(tmp_path_factory) -> callable:
 def submit(tmp_path: Path, body: str) -> dict:
     spec = tmp_path / "spec.yaml"
     spec.write_text(body)
-    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
-                   "--json", cwd=tmp_path)
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "slurm",
+        "--json",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -68,8 +78,9 @@ def wait_for(what: str, ready, timeout: float = 90) -> None:
 
 def training(root: str) -> bool:
     """The trial's loop runs (torch is imported, the stop-signal handler is installed)."""
-    return any("training from step" in p.read_text()
-               for p in (Path(root) / "trials").glob("*/output.log"))
+    return any(
+        "training from step" in p.read_text() for p in (Path(root) / "trials").glob("*/output.log")
+    )
 
 
 def finish(cluster, root: str, timeout: float = 300) -> dict:
@@ -88,8 +99,9 @@ def finish(cluster, root: str, timeout: float = 300) -> dict:
                 info = cluster.jobs(t.job)
                 start = _epoch(info[0].get("StartTime", "")) if info else None
                 if info and info[0]["JobState"] == "PENDING" and start and start > time.time() + 5:
-                    cluster.run("scontrol", "update", f"jobid={t.job}", "starttime=now+2",
-                                check=False)
+                    cluster.run(
+                        "scontrol", "update", f"jobid={t.job}", "starttime=now+2", check=False
+                    )
         time.sleep(1)
     raise AssertionError(f"sweep not finished after {timeout} s: {collect(root).counts}")
 
@@ -126,10 +138,18 @@ def assert_resumed_exactly(root: str, reference, steps: int, causes: set[str]) -
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path, reference):
     # --time=1 with the signal 30 s ahead: Slurm signals 30-60 s before the limit, so each
     # attempt trains 0-30 s; ~45 s of training needs two or more attempts.
-    result = submit(tmp_path, resumable("timelimit", 450, 0.1, """
+    result = submit(
+        tmp_path,
+        resumable(
+            "timelimit",
+            450,
+            0.1,
+            """
 resources: {time: 1}
 requeue: {lead: 30, budgets: {timeout: 10}}
-"""))
+""",
+        ),
+    )
     root = result["sweep_dir"]
     final = finish(slurm_cluster, root, timeout=420)
     assert final["counts"] == {"COMPLETED": 1}
@@ -139,19 +159,33 @@ requeue: {lead: 30, budgets: {timeout: 10}}
     log = (Path(root) / "trials" / status["id"] / "output.log").read_text()
     stopped = re.findall(r"stopping at step (\d+)", log)
     resumed = re.findall(r"resumed from step (\d+)", log)
-    assert stopped and stopped == resumed[:len(stopped)]
+    assert stopped and stopped == resumed[: len(stopped)]
     assert status["attempts"][-1]["restart_count"] == str(len(status["attempts"]) - 1)
 
 
 def test_preemption_by_high_partition_job(slurm_cluster, tmp_path, reference):
-    result = submit(tmp_path, resumable("preempt", 200, 0.05, """
+    result = submit(
+        tmp_path,
+        resumable(
+            "preempt",
+            200,
+            0.05,
+            """
 resources: {partition: low, extra: {nodelist: n4, exclusive: true}}
-"""))
+""",
+        ),
+    )
     root = result["sweep_dir"]
     wait_for("training to start", lambda: training(root))
     time.sleep(2)
-    high = slurm_cluster.sbatch("--partition=high", "--nodelist=n4", "--exclusive",
-                                "--output=/dev/null", "--wrap", "sleep 3")
+    high = slurm_cluster.sbatch(
+        "--partition=high",
+        "--nodelist=n4",
+        "--exclusive",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 3",
+    )
     final = finish(slurm_cluster, root)
     assert final["counts"] == {"COMPLETED": 1}
     assert_resumed_exactly(root, reference, 200, {"preemption"})
@@ -160,11 +194,15 @@ resources: {partition: low, extra: {nodelist: n4, exclusive: true}}
 
 def test_node_failure_requeues_and_resumes(slurm_cluster, tmp_path, reference):
     # periodic checkpoints: when a node dies, the save on SIGTERM may not finish within KillWait
-    result = submit(tmp_path, resumable("nodefail", 200, 0.05, "").replace(
-        "ckpt_every: [1000]", "ckpt_every: [20]"))
+    result = submit(
+        tmp_path,
+        resumable("nodefail", 200, 0.05, "").replace("ckpt_every: [1000]", "ckpt_every: [20]"),
+    )
     root = result["sweep_dir"]
     wait_for("training to start", lambda: training(root))
-    wait_for("a first checkpoint", lambda: any((Path(root) / "trials").glob("*/checkpoints/step-*")))
+    wait_for(
+        "a first checkpoint", lambda: any((Path(root) / "trials").glob("*/checkpoints/step-*"))
+    )
     host = trial_status(root)["attempts"][-1]["host"]
     slurm_cluster.set_node_state(host, "down")
     try:
@@ -197,12 +235,15 @@ def test_external_interruptions_are_handled(slurm_cluster, tmp_path, reference, 
 
 
 def test_error_budget_exhausted_fails_with_cause(slurm_cluster, tmp_path):
-    result = submit(tmp_path, f"""
+    result = submit(
+        tmp_path,
+        f"""
 name: budget
 command: [python, {PAYLOAD}]
 params: {{exit: [4]}}
 requeue: {{budgets: {{error: 2}}}}
-""")
+""",
+    )
     root = result["sweep_dir"]
     final = finish(slurm_cluster, root)
     status = trial_status(root)
@@ -214,17 +255,26 @@ requeue: {{budgets: {{error: 2}}}}
 
 
 def test_completed_trial_never_reruns_when_requeued(slurm_cluster, tmp_path):
-    result = submit(tmp_path, f"name: done\ncommand: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n"
-                    "requeue: {budgets: {error: 1}}\n")
+    result = submit(
+        tmp_path,
+        f"name: done\ncommand: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n"
+        "requeue: {budgets: {error: 1}}\n",
+    )
     root = result["sweep_dir"]
     finish(slurm_cluster, root)
     job = trial_status(root)["attempts"][-1]
     ref = f"{job['array_job_id']}_{job['array_task_id']}"
-    slurm_cluster.run("scontrol", "requeue", ref)   # Slurm runs the finished task again...
+    slurm_cluster.run("scontrol", "requeue", ref)  # Slurm runs the finished task again...
     slurm_cluster.release_requeued(ref)
-    wait_for("the rerun to end", lambda: slurm_cluster.jobs(ref)[0]["JobState"] == "COMPLETED"
-             and slurm_cluster.jobs(ref)[0].get("Restarts") == "1", timeout=60)
-    status = trial_status(root)                      # ...but the trial does not run again
+    wait_for(
+        "the rerun to end",
+        lambda: (
+            slurm_cluster.jobs(ref)[0]["JobState"] == "COMPLETED"
+            and slurm_cluster.jobs(ref)[0].get("Restarts") == "1"
+        ),
+        timeout=60,
+    )
+    status = trial_status(root)  # ...but the trial does not run again
     assert status["state"] == "COMPLETED" and len(status["attempts"]) == 1
     log = (Path(root) / "logs" / f"{ref}.out").read_text()
     assert "already COMPLETED; not running it again" in log

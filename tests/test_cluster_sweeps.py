@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import PAYLOAD, ROOT, run_cli
+from test_local import TRICKY
+
 from slurmkit.errors import SchedulerError
 from slurmkit.status import collect
-from test_local import TRICKY
 
 pytestmark = pytest.mark.cluster
 
@@ -38,8 +38,16 @@ def wait_sweep(root: str, timeout: float = 240) -> dict:
 def submit(tmp_path: Path, body: str, *overrides: str, expect: int = 0) -> dict:
     spec = tmp_path / "spec.yaml"
     spec.write_text(body)
-    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
-                   "--json", *overrides, cwd=tmp_path)
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "slurm",
+        "--json",
+        *overrides,
+        cwd=tmp_path,
+    )
     assert proc.returncode == expect, proc.stderr
     return json.loads(proc.stdout) if expect == 0 else {"stderr": proc.stderr}
 
@@ -49,39 +57,53 @@ def received(root: str, trial: dict) -> dict:
 
 
 def test_sweep_of_20_completes_with_metrics(slurm_cluster, tmp_path):
-    result = submit(tmp_path, f"""
+    result = submit(
+        tmp_path,
+        f"""
 name: twenty
 command: [python, {PAYLOAD}]
 params: {{x: 'range(0,20)'}}
 resources: {{time: "0:05:00", mem: 100M}}
-""")
+""",
+    )
     assert result["backend"] == "slurm" and len(result["jobs"]) == 1
     assert result["jobs"][0]["array"] == "0-19"
     final = wait_sweep(result["sweep_dir"])
     assert final["counts"] == {"COMPLETED": 20}
     hosts = set()
     for t in final["trials"]:
-        metrics = json.loads((Path(result["sweep_dir"]) / "trials" / t["id"] / "metrics.json").read_text())
+        metrics = json.loads(
+            (Path(result["sweep_dir"]) / "trials" / t["id"] / "metrics.json").read_text()
+        )
         assert metrics["score"] == t["params"]["x"] * 2
         assert t["job"] == f"{result['jobs'][0]['job_id']}_{t['index']}"
         hosts.add(received(result["sweep_dir"], t)["host"])
     assert hosts <= {"n1", "n2", "n3", "n4"} and len(hosts) >= 2
-    rows = json.loads(run_cli("results", result["sweep_dir"], "--sort", "score", "--desc", "--json").stdout)
+    rows = json.loads(
+        run_cli("results", result["sweep_dir"], "--sort", "score", "--desc", "--json").stdout
+    )
     assert rows[0]["x"] == 19 and len(rows) == 20
 
 
 def test_failed_trials_keep_exit_code_and_resume_reruns_only_them(slurm_cluster, tmp_path):
-    result = submit(tmp_path, f"""
+    result = submit(
+        tmp_path,
+        f"""
 name: flaky
 command: [python, {PAYLOAD}]
 params: {{x: 'range(0,10)', flaky: [false, true]}}
 max_parallel: 8
-""")
+""",
+    )
     root = result["sweep_dir"]
     final = wait_sweep(root)
     assert final["counts"] == {"COMPLETED": 10, "FAILED": 10}
     failed = {t["index"] for t in final["trials"] if t["state"] == "FAILED"}
-    assert all(t["exit_code"] == 3 and t["params"]["flaky"] for t in final["trials"] if t["index"] in failed)
+    assert all(
+        t["exit_code"] == 3 and t["params"]["flaky"]
+        for t in final["trials"]
+        if t["index"] in failed
+    )
     status = run_cli("status", root)
     assert status.returncode == 1 and "FAILED" in status.stdout
     again = run_cli("sweep", "--resume", root, "--json")
@@ -100,14 +122,21 @@ max_parallel: 8
 
 def test_split_under_small_max_array_size(slurm_cluster, tmp_path):
     with slurm_cluster.max_array_size(5):
-        result = submit(tmp_path, f"""
+        result = submit(
+            tmp_path,
+            f"""
 name: split
 command: [python, {PAYLOAD}]
 params: {{x: 'range(0,12)'}}
 max_parallel: 3
-""")
+""",
+        )
         final = wait_sweep(result["sweep_dir"])
-    assert [(j["offset"], j["array"]) for j in result["jobs"]] == [(0, "0-4"), (5, "0-4"), (10, "0-1")]
+    assert [(j["offset"], j["array"]) for j in result["jobs"]] == [
+        (0, "0-4"),
+        (5, "0-4"),
+        (10, "0-1"),
+    ]
     assert final["counts"] == {"COMPLETED": 12}
     for t in final["trials"]:
         job, task = t["job"].split("_")
@@ -118,12 +147,15 @@ max_parallel: 3
 
 
 def test_tricky_values_arrive_byte_exact_on_slurm(slurm_cluster, tmp_path):
-    result = submit(tmp_path, f"""
+    result = submit(
+        tmp_path,
+        f"""
 name: tricky
 command: [python, {PAYLOAD}]
 args: argparse
 params: {{text: {json.dumps(TRICKY)}}}
-""")
+""",
+    )
     final = wait_sweep(result["sweep_dir"])
     assert final["counts"] == {"COMPLETED": len(TRICKY)}
     for t in final["trials"]:
@@ -134,8 +166,12 @@ params: {{text: {json.dumps(TRICKY)}}}
 
 
 def test_unknown_partition_is_a_clear_usage_error(slurm_cluster, tmp_path):
-    out = submit(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n",
-                 "resources.partition=nosuch", expect=2)
+    out = submit(
+        tmp_path,
+        f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n",
+        "resources.partition=nosuch",
+        expect=2,
+    )
     assert "Slurm refused the job" in out["stderr"] and "invalid partition" in out["stderr"].lower()
     assert "partitions on this cluster: high, low" in out["stderr"]
     assert "Traceback" not in out["stderr"]
@@ -144,15 +180,17 @@ def test_unknown_partition_is_a_clear_usage_error(slurm_cluster, tmp_path):
 
 
 def test_cancel_stops_running_and_pending_trials(slurm_cluster, tmp_path):
-    result = submit(tmp_path, "command: [sleep, '300']\nargs: none\nparams: {i: 'range(0,6)'}\n"
-                    "max_parallel: 2\n")
+    result = submit(
+        tmp_path,
+        "command: [sleep, '300']\nargs: none\nparams: {i: 'range(0,6)'}\nmax_parallel: 2\n",
+    )
     root = result["sweep_dir"]
     end = time.time() + 60
     while collect(root).counts.get("RUNNING", 0) < 2 and time.time() < end:
         time.sleep(0.5)
     would = json.loads(run_cli("cancel", root, "--dry-run", "--json").stdout)
     assert would["jobs"] == [result["jobs"][0]["job_id"]] and would["dry_run"]
-    assert collect(root).counts.get("RUNNING", 0) == 2           # nothing was cancelled
+    assert collect(root).counts.get("RUNNING", 0) == 2  # nothing was cancelled
     done = json.loads(run_cli("cancel", root, "--json").stdout)
     assert done["jobs"] == [result["jobs"][0]["job_id"]]
     final = wait_sweep(root, timeout=60)
@@ -161,15 +199,22 @@ def test_cancel_stops_running_and_pending_trials(slurm_cluster, tmp_path):
 
 def test_plain_sbatch_script_runs_as_rendered(slurm_cluster, tmp_path):
     spec = tmp_path / "plain.yaml"
-    spec.write_text(f"name: plain\ncommand: [python, {PAYLOAD}]\nparams: {{x: [1, 2, 3]}}\n"
-                    "output_root: runs\n")
+    spec.write_text(
+        f"name: plain\ncommand: [python, {PAYLOAD}]\nparams: {{x: [1, 2, 3]}}\noutput_root: runs\n"
+    )
     script = tmp_path / "plain.sbatch"
     proc = run_cli("sweep", "plain.yaml", "--dry-run", "--plain", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     script.write_text(proc.stdout)
     env = {**os.environ, "SLURMKIT_PYTHON": str(ROOT / ".venv" / "bin" / "python")}
-    job = subprocess.run(["sbatch", "--parsable", str(script)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, check=True).stdout.strip()
+    job = subprocess.run(
+        ["sbatch", "--parsable", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     root = tmp_path / "runs" / "plain" / f"sbatch-{job}"
     end = time.time() + 120
     while not (root / "trials.jsonl").exists() and time.time() < end:
@@ -181,8 +226,10 @@ def test_plain_sbatch_script_runs_as_rendered(slurm_cluster, tmp_path):
 
 
 def test_status_makes_one_scheduler_query(slurm_cluster, tmp_path):
-    result = submit(tmp_path, "command: [sleep, '30']\nargs: none\nparams: {i: 'range(0,40)'}\n"
-                    "max_parallel: 4\n")
+    result = submit(
+        tmp_path,
+        "command: [sleep, '30']\nargs: none\nparams: {i: 'range(0,40)'}\nmax_parallel: 4\n",
+    )
     # count calls with shims that log, then run the real tools
     shims = tmp_path / "shims"
     shims.mkdir()
@@ -204,8 +251,16 @@ def test_status_makes_one_scheduler_query(slurm_cluster, tmp_path):
 def test_wait_follows_the_sweep_to_its_end(slurm_cluster, tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{exit: [0, 5], x: [1, 2]}}\n")
-    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm",
-                   "--wait", "--json", cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr            # two trials failed
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "slurm",
+        "--wait",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stderr  # two trials failed
     root = json.loads(proc.stdout)["sweep_dir"]
-    assert collect(root).counts == {"COMPLETED": 2, "FAILED": 2}   # finished when --wait returned
+    assert collect(root).counts == {"COMPLETED": 2, "FAILED": 2}  # finished when --wait returned

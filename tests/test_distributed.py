@@ -12,32 +12,60 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from slurmkit.core.rendezvous import first_host
 from slurmkit.runtime.distributed import RankInfo, rank_info, tasks_per_node
 
 # What srun gave task 3 of `sbatch --nodes=2 --ntasks-per-node=2` on the test cluster (job 92).
 SLURM_TASK = {
-    "SLURM_JOB_ID": "92", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NODELIST": "n[1-2]",
-    "SLURM_NNODES": "2", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_NTASKS_PER_NODE": "2",
-    "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
-    "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "4",
-    "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_NODEID": "1", "SLURM_PROCID": "3",
-    "SLURM_LOCALID": "1", "SLURM_GTIDS": "2,3", "SLURM_SUBMIT_DIR": "/tmp/dk",
+    "SLURM_JOB_ID": "92",
+    "SLURM_JOB_NODELIST": "n[1-2]",
+    "SLURM_NODELIST": "n[1-2]",
+    "SLURM_NNODES": "2",
+    "SLURM_NTASKS": "4",
+    "SLURM_NPROCS": "4",
+    "SLURM_NTASKS_PER_NODE": "2",
+    "SLURM_TASKS_PER_NODE": "2(x2)",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEPID": "0",
+    "SLURM_STEP_NODELIST": "n[1-2]",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_NODEID": "1",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_GTIDS": "2,3",
+    "SLURM_SUBMIT_DIR": "/tmp/dk",
 }
 # ... and what the batch script itself saw: no step.
-SLURM_BATCH = {k: v for k, v in SLURM_TASK.items()
-               if not k.startswith(("SLURM_STEP", "SLURM_GTIDS"))}
+SLURM_BATCH = {
+    k: v for k, v in SLURM_TASK.items() if not k.startswith(("SLURM_STEP", "SLURM_GTIDS"))
+}
 SLURM_BATCH.update(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_GTIDS="0")
-TORCHRUN = {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
-            "GROUP_RANK": "1", "MASTER_ADDR": "gpu-001", "MASTER_PORT": "29400"}
+TORCHRUN = {
+    "RANK": "5",
+    "WORLD_SIZE": "8",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "4",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "gpu-001",
+    "MASTER_PORT": "29400",
+}
 
 
 def test_slurm_task():
     assert rank_info(SLURM_TASK) == RankInfo(
-        rank=3, local_rank=1, world_size=4, local_world_size=2, node_rank=1,
-        master_addr="n1", master_port=10000 + 92 % 50000, device="cpu")
+        rank=3,
+        local_rank=1,
+        world_size=4,
+        local_world_size=2,
+        node_rank=1,
+        master_addr="n1",
+        master_port=10000 + 92 % 50000,
+        device="cpu",
+    )
 
 
 def test_slurm_port_wraps_and_gpus_pick_the_device():
@@ -59,12 +87,26 @@ def test_slurm_master_from_the_environment_wins_unless_empty():
 def test_slurm_step_on_some_nodes_with_uneven_tasks():
     """Seen on the test cluster: `srun -N2 -n3 -r 1` in a 3-node job; SLURM_NODEID counts from
     the step's first node."""
-    env = {**SLURM_TASK, "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_STEP_NODELIST": "n[2-3]",
-           "SLURM_STEP_TASKS_PER_NODE": "2,1", "SLURM_STEP_NUM_TASKS": "3", "SLURM_NTASKS": "3",
-           "SLURM_NODEID": "1", "SLURM_PROCID": "2", "SLURM_LOCALID": "0"}
+    env = {
+        **SLURM_TASK,
+        "SLURM_JOB_NODELIST": "n[1-3]",
+        "SLURM_STEP_NODELIST": "n[2-3]",
+        "SLURM_STEP_TASKS_PER_NODE": "2,1",
+        "SLURM_STEP_NUM_TASKS": "3",
+        "SLURM_NTASKS": "3",
+        "SLURM_NODEID": "1",
+        "SLURM_PROCID": "2",
+        "SLURM_LOCALID": "0",
+    }
     info = rank_info(env)
-    assert (info.rank, info.local_rank, info.world_size, info.local_world_size,
-            info.node_rank, info.master_addr) == (2, 0, 3, 1, 1, "n2")
+    assert (
+        info.rank,
+        info.local_rank,
+        info.world_size,
+        info.local_world_size,
+        info.node_rank,
+        info.master_addr,
+    ) == (2, 0, 3, 1, 1, "n2")
     env.update(SLURM_NODEID="0", SLURM_PROCID="1", SLURM_LOCALID="1")
     assert rank_info(env).local_world_size == 2
 
@@ -94,8 +136,14 @@ def test_torchrun_inside_a_slurm_step_wins():
 
 def test_enroot_hook_variables_in_a_slurm_step():
     """The PyTorch hook sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_* but no LOCAL_WORLD_SIZE."""
-    env = {**SLURM_TASK, "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
-           "MASTER_ADDR": "n1", "MASTER_PORT": str(92 % 4536 + 61000)}
+    env = {
+        **SLURM_TASK,
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "MASTER_ADDR": "n1",
+        "MASTER_PORT": str(92 % 4536 + 61000),
+    }
     assert rank_info(env) == RankInfo(3, 1, 4, 2, 1, "n1", 61092)
 
 
@@ -104,18 +152,33 @@ def test_torchrun_without_master_defaults_to_localhost():
     assert (info.master_addr, info.master_port, info.local_world_size) == ("127.0.0.1", 29500, 2)
 
 
-@pytest.mark.parametrize("nodelist", [
-    "n[1-2]", "n1", "gpu-[007-009,012],cpu1", "a1,b[2-3]", "rack[1-2]-node[03-04]", "n[10,2]",
-    "h100-[0001-0128]",
-])
+@pytest.mark.parametrize(
+    "nodelist",
+    [
+        "n[1-2]",
+        "n1",
+        "gpu-[007-009,012],cpu1",
+        "a1,b[2-3]",
+        "rack[1-2]-node[03-04]",
+        "n[10,2]",
+        "h100-[0001-0128]",
+    ],
+)
 def test_first_host_matches_scontrol(nodelist):
-    expected = {"n[1-2]": "n1", "n1": "n1", "gpu-[007-009,012],cpu1": "gpu-007", "a1,b[2-3]": "a1",
-                "rack[1-2]-node[03-04]": "rack1-node03", "n[10,2]": "n10",
-                "h100-[0001-0128]": "h100-0001"}[nodelist]
+    expected = {
+        "n[1-2]": "n1",
+        "n1": "n1",
+        "gpu-[007-009,012],cpu1": "gpu-007",
+        "a1,b[2-3]": "a1",
+        "rack[1-2]-node[03-04]": "rack1-node03",
+        "n[10,2]": "n10",
+        "h100-[0001-0128]": "h100-0001",
+    }[nodelist]
     assert first_host(nodelist) == expected
     if shutil.which("scontrol"):
-        proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                              text=True, timeout=30)
+        proc = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
+        )
         if proc.returncode == 0:
             assert proc.stdout.split()[0] == expected
 
@@ -128,8 +191,10 @@ def test_tasks_per_node():
 
 
 def test_import_is_stdlib_only():
-    code = ("import sys, slurmkit.runtime.distributed, slurmkit.runtime.selfcheck; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, slurmkit.runtime.distributed, slurmkit.runtime.selfcheck; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -148,19 +213,36 @@ def test_init_single_process_cpu():
         print("ok")
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_gpu_bench_cpu_smoke():
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_distributed.py"), "--cpu",
-                          "--sizes", "4096", "65536", "--iters", "2", "--warmup", "1"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gpu_distributed.py"),
+            "--cpu",
+            "--sizes",
+            "4096",
+            "65536",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert any("slurmkit rank 1: init() read {'rank': 1, 'local_rank': 1, 'world_size': 2" in ln
-               for ln in lines)
+    assert any(
+        "slurmkit rank 1: init() read {'rank': 1, 'local_rank': 1, 'world_size': 2" in ln
+        for ln in lines
+    )
     for label in ("4 KiB", "64 KiB", "DDP step"):
         row = next(ln for ln in lines if ln.strip().startswith(label))
         assert float(row.split()[-4 if label == "DDP step" else -2]) > 0  # the ratio
@@ -187,9 +269,15 @@ with open(os.path.join(sys.argv[1], f"rank-{info.rank}.json"), "w") as fh:
 def run_job(cluster, tmp_path: Path, script: str, *sbatch: str) -> tuple[str, list[dict]]:
     (tmp_path / "payload.py").write_text(PAYLOAD)
     (tmp_path / "job.sh").write_text(script)
-    job = cluster.sbatch("--job-name=slurmkit-dist", "--time=2", "--no-requeue",
-                         f"--chdir={tmp_path}", f"--output={tmp_path}/job.out", *sbatch,
-                         str(tmp_path / "job.sh"))
+    job = cluster.sbatch(
+        "--job-name=slurmkit-dist",
+        "--time=2",
+        "--no-requeue",
+        f"--chdir={tmp_path}",
+        f"--output={tmp_path}/job.out",
+        *sbatch,
+        str(tmp_path / "job.sh"),
+    )
     states = cluster.wait_for_jobs([job], timeout=90)
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert states[job] == "COMPLETED", log
@@ -229,6 +317,7 @@ def test_torchrun_two_nodes_two_procs(slurm_cluster, tmp_path):
             --nproc-per-node 2 --node-rank $SLURM_NODEID --rdzv-backend c10d \\
             --rdzv-endpoint '"$head:$port"' --rdzv-id $SLURM_JOB_ID payload.py {tmp_path}'
         """)
-    _, results = run_job(slurm_cluster, tmp_path, script, "--nodes=2", "--ntasks-per-node=1",
-                         "--cpus-per-task=2")
+    _, results = run_job(
+        slurm_cluster, tmp_path, script, "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=2"
+    )
     check_ranks(results, "torchrun")

@@ -8,14 +8,14 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_shell_ok, run_cli
 from spec_examples import JOB
-from slurmkit import launch, pyxis, render, spec as spec_mod
+
+from slurmkit import launch, pyxis, render
+from slurmkit import spec as spec_mod
 from slurmkit.core import rendezvous
 from slurmkit.errors import SpecError, UserError
 from slurmkit.images import import_image, staged_name
-
 
 
 def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
@@ -23,31 +23,51 @@ def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
     s = spec_mod.load(str(spec_file(JOB)), job=True)
     plan = launch.build(s, "/mnt/home/me/proj")
     step = plan["step"]
-    assert step[:5] == ["srun", "--kill-on-bad-exit=1", "--nodes=16", "--ntasks=16",
-                        "--ntasks-per-node=1"]
+    assert step[:5] == [
+        "srun",
+        "--kill-on-bad-exit=1",
+        "--nodes=16",
+        "--ntasks=16",
+        "--ntasks-per-node=1",
+    ]
     container = [o for o in step if o.startswith(("--container", "--no-container"))]
     for opt in container:
-        pyxis.validate_option(opt)          # every option exists in pyxis, with valid syntax
+        pyxis.validate_option(opt)  # every option exists in pyxis, with valid syntax
     assert "--container-image=nvcr.io#nvidia/pytorch:24.01-py3" in container
     assert "--container-workdir=/mnt/home/me/proj" in container
-    assert "--no-container-mount-home" in container             # the sunk profile
+    assert "--no-container-mount-home" in container  # the sunk profile
     env = next(o for o in container if o.startswith("--container-env="))
     assert {"MASTER_ADDR", "MASTER_PORT", "WANDB_API_KEY", "NCCL_SOCKET_IFNAME"} <= set(
-        env.split("=", 1)[1].split(","))
+        env.split("=", 1)[1].split(",")
+    )
     assert step[-4:] == launch.SELF_CHECK
     assert plan["launcher"][:3] == ["torchrun", "--no-python", "--nnodes={nnodes}"]
     assert "--nproc-per-node=8" in plan["launcher"]
-    filled = rendezvous.fill(plan, {"MASTER_ADDR": "gpu-001", "MASTER_PORT": "12345",
-                                "SLURM_NNODES": "16", "SLURM_JOB_ID": "77"})
+    filled = rendezvous.fill(
+        plan,
+        {
+            "MASTER_ADDR": "gpu-001",
+            "MASTER_PORT": "12345",
+            "SLURM_NNODES": "16",
+            "SLURM_JOB_ID": "77",
+        },
+    )
     assert "--rdzv-endpoint=gpu-001:12345" in filled and "--nnodes=16" in filled
     assert s.env["NCCL_IB_HCA"] == "ibp"
-    assert render.resource_options(s.resources)[:4] == ["--partition=h100", "--time=2-00:00:00",
-                                                 "--nodes=16", "--cpus-per-task=1"]
+    assert render.resource_options(s.resources)[:4] == [
+        "--partition=h100",
+        "--time=2-00:00:00",
+        "--nodes=16",
+        "--cpus-per-task=1",
+    ]
 
 
 def test_srun_launcher_one_task_per_gpu_and_no_self_check(spec_file):
-    s = spec_mod.load(str(spec_file(JOB.replace("launcher: torchrun", "launcher: srun"))),
-                      ["self_check=false"], job=True)
+    s = spec_mod.load(
+        str(spec_file(JOB.replace("launcher: torchrun", "launcher: srun"))),
+        ["self_check=false"],
+        job=True,
+    )
     step = launch.build(s, "/w")["step"]
     assert "--ntasks-per-node=8" in step and "--ntasks=128" in step
     assert launch.SELF_CHECK[2] not in step
@@ -62,17 +82,25 @@ def test_rendezvous_from_slurm_env():
     env = rendezvous.rendezvous({"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu-[007-009]"})
     assert env["MASTER_ADDR"] == "gpu-007" and int(env["MASTER_PORT"]) == 10000 + 4242
     assert rendezvous.rendezvous({"MASTER_ADDR": "x", "MASTER_PORT": "1"}) == {
-        "MASTER_ADDR": "x", "MASTER_PORT": "1"}
+        "MASTER_ADDR": "x",
+        "MASTER_PORT": "1",
+    }
 
 
-@pytest.mark.parametrize("patch,key", [
-    ("  mounts: [/mnt/da:ta:/data]", "container.mounts[0]"),
-    ("  mounts: [relative:/data]", "container.mounts[0]"),
-    ("  image: ''", "container.image"),
-])
+@pytest.mark.parametrize(
+    "patch,key",
+    [
+        ("  mounts: [/mnt/da:ta:/data]", "container.mounts[0]"),
+        ("  mounts: [relative:/data]", "container.mounts[0]"),
+        ("  image: ''", "container.image"),
+    ],
+)
 def test_bad_container_blocks(spec_file, patch, key):
-    body = JOB.replace("  mounts: [/mnt/data:/data:ro, /mnt/home]", patch) \
-        if "mounts" in patch else JOB.replace("  image: nvcr.io/nvidia/pytorch:24.01-py3", patch)
+    body = (
+        JOB.replace("  mounts: [/mnt/data:/data:ro, /mnt/home]", patch)
+        if "mounts" in patch
+        else JOB.replace("  image: nvcr.io/nvidia/pytorch:24.01-py3", patch)
+    )
     with pytest.raises(SpecError) as info:
         spec_mod.load(str(spec_file(body)), job=True)
     assert info.value.key == key
@@ -80,16 +108,22 @@ def test_bad_container_blocks(spec_file, patch, key):
 
 def test_precedence_profile_user_config_file_cli(spec_file, tmp_path, monkeypatch):
     cfg = tmp_path / "config.yaml"
-    cfg.write_text("resources: {partition: gpu, account: ml, time: '1:00:00'}\n"
-                   "output_root: /shared/runs\nprofile: sunk\nenv: {NCCL_IB_HCA: mlx5}\n"
-                   "container: {mounts: [/mnt/data]}\n")
+    cfg.write_text(
+        "resources: {partition: gpu, account: ml, time: '1:00:00'}\n"
+        "output_root: /shared/runs\nprofile: sunk\nenv: {NCCL_IB_HCA: mlx5}\n"
+        "container: {mounts: [/mnt/data]}\n"
+    )
     monkeypatch.setenv("SLURMKIT_CONFIG", str(cfg))
     path = str(spec_file("command: x\nparams: {a: [1]}\nresources: {account: team}\n"))
     s = spec_mod.load(path, ["resources.time=2:00:00"])
-    assert (s.resources.partition, s.resources.account, s.resources.time) == ("gpu", "team", "2:00:00")
+    assert (s.resources.partition, s.resources.account, s.resources.time) == (
+        "gpu",
+        "team",
+        "2:00:00",
+    )
     assert s.output_root == "/shared/runs"
-    assert s.env["NCCL_IB_HCA"] == "mlx5" and s.env["UCX_TLS"] == "tcp"   # user > profile
-    assert s.container is None        # container defaults apply only to specs naming an image
+    assert s.env["NCCL_IB_HCA"] == "mlx5" and s.env["UCX_TLS"] == "tcp"  # user > profile
+    assert s.container is None  # container defaults apply only to specs naming an image
     boxed = spec_mod.load(path, ["container.image=/images/pt.sqsh"])
     assert boxed.container.mounts == ["/mnt/data"] and boxed.container.mount_home is False
     assert spec_mod.load(path, ["profile=none"]).env == {"NCCL_IB_HCA": "mlx5"}
@@ -105,7 +139,9 @@ def test_bad_user_config_names_its_file(spec_file, tmp_path, monkeypatch):
 
 
 def test_job_needs_no_params_and_renders(tmp_path, spec_file):
-    path = spec_file("name: one\ncommand: [python, train.py]\nresources: {nodes: 2, tasks_per_node: 2}\n")
+    path = spec_file(
+        "name: one\ncommand: [python, train.py]\nresources: {nodes: 2, tasks_per_node: 2}\n"
+    )
     proc = run_cli("render", str(path))
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout and "#SBATCH --ntasks-per-node=2" in proc.stdout
@@ -116,9 +152,14 @@ def test_job_needs_no_params_and_renders(tmp_path, spec_file):
 
 def _fake_enroot(bin_dir: Path, fail: bool = False) -> None:
     script = bin_dir / "enroot"
-    body = ('echo "[ERROR] URL https://nvcr.io returned error code: 401 Unauthorized" >&2; exit 1'
-            if fail else 'echo squashfs > "$3"')
-    script.write_text(f"#!/bin/sh\n# stand-in for enroot (not installed here): import -o OUT URI\n{body}\n")
+    body = (
+        'echo "[ERROR] URL https://nvcr.io returned error code: 401 Unauthorized" >&2; exit 1'
+        if fail
+        else 'echo squashfs > "$3"'
+    )
+    script.write_text(
+        f"#!/bin/sh\n# stand-in for enroot (not installed here): import -o OUT URI\n{body}\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
 
 
@@ -128,7 +169,9 @@ def test_image_import_is_atomic_and_idempotent(tmp_path, monkeypatch):
     _fake_enroot(bin_dir)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     first = import_image("nvcr.io/nvidia/pytorch:24.01-py3", str(tmp_path / "images"))
-    assert first.created and Path(first.path).name == staged_name("nvcr.io#nvidia/pytorch:24.01-py3")
+    assert first.created and Path(first.path).name == staged_name(
+        "nvcr.io#nvidia/pytorch:24.01-py3"
+    )
     again = import_image("nvcr.io/nvidia/pytorch:24.01-py3", str(tmp_path / "images"))
     assert not again.created and again.path == first.path
     assert os.listdir(tmp_path / "images") == [Path(first.path).name]
@@ -139,10 +182,16 @@ def test_image_import_errors(tmp_path, monkeypatch):
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
     proc_env = {"PATH": f"{bin_dir}:{os.path.dirname(os.sys.executable)}"}
-    proc = run_cli("image", "import", "nvcr.io/nvidia/pytorch:24.01-py3", "--to",
-                   str(tmp_path / "images"), env=proc_env)
+    proc = run_cli(
+        "image",
+        "import",
+        "nvcr.io/nvidia/pytorch:24.01-py3",
+        "--to",
+        str(tmp_path / "images"),
+        env=proc_env,
+    )
     assert proc.returncode == 2 and "enroot is not installed" in proc.stderr
     _fake_enroot(bin_dir, fail=True)
     with pytest.raises(UserError, match="401 Unauthorized"):
         import_image("nvcr.io/nvidia/pytorch:24.01-py3", str(tmp_path / "images"))
-    assert os.listdir(tmp_path / "images") == []   # nothing half-written left behind
+    assert os.listdir(tmp_path / "images") == []  # nothing half-written left behind

@@ -8,25 +8,46 @@ from pathlib import Path
 
 from conftest import PAYLOAD, run_cli
 
-TRICKY = ["it's", 'say "hi"', "$(touch /tmp/pwned-slurmkit)", "`id`", "two\nlines",
-          "  spaced  ", "naïve ünïcødé ✓", "a,b;c|d&e>f", "$HOME $$ %s %%", "back\\slash"]
+TRICKY = [
+    "it's",
+    'say "hi"',
+    "$(touch /tmp/pwned-slurmkit)",
+    "`id`",
+    "two\nlines",
+    "  spaced  ",
+    "naïve ünïcødé ✓",
+    "a,b;c|d&e>f",
+    "$HOME $$ %s %%",
+    "back\\slash",
+]
 
 
 def _sweep(tmp_path: Path, body: str, *args: str):
     spec = tmp_path / "s.yaml"
     spec.write_text(body)
-    proc = run_cli("sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "local",
-                   "--json", *args, cwd=tmp_path)
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "local",
+        "--json",
+        *args,
+        cwd=tmp_path,
+    )
     result = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
     return proc, result
 
 
 def test_local_sweep_runs_every_trial_with_the_contract(tmp_path):
-    proc, result = _sweep(tmp_path, f"""
+    proc, result = _sweep(
+        tmp_path,
+        f"""
 command: [python, {PAYLOAD}]
 params: {{x: [1, 2, 3], y: [a, b]}}
 max_parallel: 3
-""")
+""",
+    )
     assert proc.returncode == 0, proc.stderr
     assert result["backend"] == "local" and result["submitted"] == 6
     root = Path(result["sweep_dir"])
@@ -50,15 +71,21 @@ max_parallel: 3
 
 def test_failure_is_recorded_and_resume_reruns_only_failed(tmp_path):
     # the four trials with flaky=true fail on their first attempt (exit 3)
-    proc, result = _sweep(tmp_path, f"""
+    proc, result = _sweep(
+        tmp_path,
+        f"""
 command: [python, {PAYLOAD}]
 params: {{x: [1, 2, 3, 4]}}
-""", "params.flaky=false,true")
+""",
+        "params.flaky=false,true",
+    )
     assert proc.returncode == 1  # some trial failed
     root = result["sweep_dir"]
     st = json.loads(run_cli("status", root, "--json").stdout)
     failed = [t for t in st["trials"] if t["state"] == "FAILED"]
-    assert len(failed) == 4 and all(t["params"]["flaky"] is True and t["exit_code"] == 3 for t in failed)
+    assert len(failed) == 4 and all(
+        t["params"]["flaky"] is True and t["exit_code"] == 3 for t in failed
+    )
     assert run_cli("status", root).returncode == 1
     again = run_cli("sweep", "--resume", root, "--backend", "local", "--json")
     assert again.returncode == 0, again.stderr
@@ -75,11 +102,14 @@ params: {{x: [1, 2, 3, 4]}}
 def test_tricky_values_arrive_byte_exact(tmp_path):
     values = json.dumps(TRICKY)
     for style in ("hydra", "argparse"):
-        proc, result = _sweep(tmp_path, f"""
+        proc, result = _sweep(
+            tmp_path,
+            f"""
 command: [python, {PAYLOAD}]
 args: {style}
 params: {{text: {values}}}
-""")
+""",
+        )
         assert proc.returncode == 0, proc.stderr
         root = Path(result["sweep_dir"])
         seen = []
@@ -95,10 +125,13 @@ params: {{text: {values}}}
 
 def test_hydra_style_args_parse_back_with_hydra(tmp_path):
     parser_mod = __import__("pytest").importorskip("hydra.core.override_parser.overrides_parser")
-    proc, result = _sweep(tmp_path, f"""
+    proc, result = _sweep(
+        tmp_path,
+        f"""
 command: [python, {PAYLOAD}]
 params: {{text: {json.dumps(TRICKY)}, n: [1], f: [0.5], b: [true], z: [null]}}
-""")
+""",
+    )
     assert proc.returncode == 0, proc.stderr
     root = Path(result["sweep_dir"])
     parser = parser_mod.OverridesParser.create()
@@ -109,7 +142,7 @@ params: {{text: {json.dumps(TRICKY)}, n: [1], f: [0.5], b: [true], z: [null]}}
 
 
 def test_results_logs_and_sorting(tmp_path):
-    proc, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [3, 1, 2]}}\n")
+    _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [3, 1, 2]}}\n")
     root = result["sweep_dir"]
     rows = json.loads(run_cli("results", root, "--sort", "score", "--json").stdout)
     assert [r["score"] for r in rows] == [2.0, 4.0, 6.0]
@@ -141,11 +174,17 @@ def test_stopping_a_local_sweep_loses_nothing(tmp_path):
     spec = tmp_path / "s.yaml"
     # a trial sleeps t seconds, unless FAST is set (the resume below sets it through env)
     code = "import os,sys,time; time.sleep(0 if os.environ.get('FAST') else float(sys.argv[1][2:]))"
-    spec.write_text(f"command: [python, -c, {json.dumps(code)}]\n"
-                    f"params: {{t: [30, 31, 0.1, 0.2]}}\nmax_parallel: 2\noutput_root: {tmp_path / 'runs'}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "slurmkit.cli", "sweep", str(spec),
-                             "--backend", "local", "--json"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    spec.write_text(
+        f"command: [python, -c, {json.dumps(code)}]\n"
+        f"params: {{t: [30, 31, 0.1, 0.2]}}\nmax_parallel: 2\noutput_root: {tmp_path / 'runs'}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slurmkit.cli", "sweep", str(spec), "--backend", "local", "--json"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     end = time.time() + 30
     while time.time() < end and not list((tmp_path / "runs").glob("*/trials/*/status.json")):
         time.sleep(0.1)
@@ -158,9 +197,11 @@ def test_stopping_a_local_sweep_loses_nothing(tmp_path):
     stopped = [t for t in st["trials"] if t["state"] == "TERMINATED"]
     assert len(stopped) == 2 and {t["params"]["t"] for t in stopped} == {30, 31}
     assert all(t["state"] in ("TERMINATED", "NOT_SUBMITTED", "COMPLETED") for t in st["trials"])
-    again = run_cli("sweep", "--resume", root, "--backend", "local", "--json", "env.FAST=1",
-                    timeout=120)
+    again = run_cli(
+        "sweep", "--resume", root, "--backend", "local", "--json", "env.FAST=1", timeout=120
+    )
     assert again.returncode == 0, again.stderr
     assert sorted(json.loads(again.stdout)["indices"]) == sorted(
-        t["index"] for t in st["trials"] if t["state"] != "COMPLETED")
+        t["index"] for t in st["trials"] if t["state"] != "COMPLETED"
+    )
     assert json.loads(run_cli("status", root, "--json").stdout)["counts"] == {"COMPLETED": 4}

@@ -9,7 +9,9 @@ from slurmkit.runtime import memory
 GiB = 1 << 30
 
 
-def _tree(tmp_path: Path, cgroup_line: str, files: dict[str, str], available_kib: int) -> tuple[str, str]:
+def _tree(
+    tmp_path: Path, cgroup_line: str, files: dict[str, str], available_kib: int
+) -> tuple[str, str]:
     proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
     (proc / "self").mkdir(parents=True)
     (proc / "meminfo").write_text(f"MemTotal: 1 kB\nMemAvailable: {available_kib} kB\n")
@@ -21,23 +23,35 @@ def _tree(tmp_path: Path, cgroup_line: str, files: dict[str, str], available_kib
 
 
 def test_v2_the_tightest_ancestor_limit_wins_counting_inactive_cache_as_free(tmp_path):
-    proc, cgroups = _tree(tmp_path, "0::/slurm/job_7/step_batch", {
-        "slurm/job_7/memory.max": str(10 * GiB), "slurm/job_7/memory.current": str(5 * GiB),
-        "slurm/job_7/memory.stat": f"anon {3 * GiB}\ninactive_file {GiB}\nactive_file 7\n",
-        "slurm/job_7/step_batch/memory.max": "max",
-        "slurm/job_7/step_batch/memory.current": str(3 * GiB),
-        "slurm/memory.max": str(100 * GiB), "slurm/memory.current": str(50 * GiB),
-    }, available_kib=64 * 1024 * 1024)
+    proc, cgroups = _tree(
+        tmp_path,
+        "0::/slurm/job_7/step_batch",
+        {
+            "slurm/job_7/memory.max": str(10 * GiB),
+            "slurm/job_7/memory.current": str(5 * GiB),
+            "slurm/job_7/memory.stat": f"anon {3 * GiB}\ninactive_file {GiB}\nactive_file 7\n",
+            "slurm/job_7/step_batch/memory.max": "max",
+            "slurm/job_7/step_batch/memory.current": str(3 * GiB),
+            "slurm/memory.max": str(100 * GiB),
+            "slurm/memory.current": str(50 * GiB),
+        },
+        available_kib=64 * 1024 * 1024,
+    )
     assert memory.available(proc, cgroups) == 6 * GiB
 
 
 def test_v1_memory_controller_and_unlimited_levels(tmp_path):
-    proc, cgroups = _tree(tmp_path, "4:memory:/pod/ctr\n0::/", {
-        "memory/pod/ctr/memory.limit_in_bytes": "9223372036854771712",
-        "memory/pod/ctr/memory.usage_in_bytes": str(GiB),
-        "memory/pod/memory.limit_in_bytes": str(8 * GiB),
-        "memory/pod/memory.usage_in_bytes": str(5 * GiB),
-    }, available_kib=64 * 1024 * 1024)
+    proc, cgroups = _tree(
+        tmp_path,
+        "4:memory:/pod/ctr\n0::/",
+        {
+            "memory/pod/ctr/memory.limit_in_bytes": "9223372036854771712",
+            "memory/pod/ctr/memory.usage_in_bytes": str(GiB),
+            "memory/pod/memory.limit_in_bytes": str(8 * GiB),
+            "memory/pod/memory.usage_in_bytes": str(5 * GiB),
+        },
+        available_kib=64 * 1024 * 1024,
+    )
     assert memory.available(proc, cgroups) == 3 * GiB
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from slurmkit.overrides import (
+    Choice,
     Distribution,
     Override,
     OverrideError,
-    Choice,
     format_value,
     parse_override,
     parse_value,
@@ -159,7 +159,7 @@ PRIMITIVES = {
     # quoted strings: always str, only backslashes before a quote are escapes
     "x='a,b'": "a,b",
     'x="a b, c"': "a b, c",
-    "x=\"it's\"": "it's",
+    'x="it\'s"': "it's",
     "x='say \"hi\"'": 'say "hi"',
     "x='a\\'b'": "a'b",
     'x="a\\"b"': 'a"b',
@@ -213,7 +213,15 @@ SWEEPS = {
     "x=1,2,3": (1, 2, 3),
     "x=a , b": ("a", "b"),
     "x=a,1,1.5,true,null,'q,r',[1,2],{a:1},${x}": (
-        "a", 1, 1.5, True, None, "q,r", [1, 2], {"a": 1}, "${x}",
+        "a",
+        1,
+        1.5,
+        True,
+        None,
+        "q,r",
+        [1, 2],
+        {"a": 1},
+        "${x}",
     ),
     "x=b,a,b": ("b", "a", "b"),
     "x=choice(1,2,3)": (1, 2, 3),
@@ -422,7 +430,7 @@ HYDRA_ERRORS = {
     "0=1": ("unexpected '0' in key", 0),
     "a.01=1": ("unexpected '1' in key", 3),
     "a/b.c=1": ("unexpected '.' in key", 3),
-    "'a'=1": ("unexpected \"'\" in key", 0),
+    "'a'=1": ('unexpected "\'" in key', 0),
     "+++a=1": ("unexpected '+' in key", 2),
     "~+a=1": ("unexpected '+' in key", 1),
     "x=a=b": ("expected ',' or end of value but found '='", 3),
@@ -527,10 +535,56 @@ def test_hydra_accepts_our_deliberate_errors(hydra_parser: Any, text: str) -> No
 # --------------------------------------------------------------------------- #
 
 _PIECES = [
-    "a", "b1", "x-y", "1", "-2", "0", "1_0", "1.5", "1e3", ".5", "5.", "true", "NULL", "inf",
-    " ", "  ", "\t", ",", ", ", ":", "[", "]", "{", "}", "(", ")", "'q'", '"w w"', "'",
-    '"', "\\", "\\,", "\\ ", "\\\\", "=", "$", "${a.b}", "/", "%", "@", "+", ".", "_",
-    "choice(", "range(", "int(", "str(", "float(", "bool(", "'\\''",
+    "a",
+    "b1",
+    "x-y",
+    "1",
+    "-2",
+    "0",
+    "1_0",
+    "1.5",
+    "1e3",
+    ".5",
+    "5.",
+    "true",
+    "NULL",
+    "inf",
+    " ",
+    "  ",
+    "\t",
+    ",",
+    ", ",
+    ":",
+    "[",
+    "]",
+    "{",
+    "}",
+    "(",
+    ")",
+    "'q'",
+    '"w w"',
+    "'",
+    '"',
+    "\\",
+    "\\,",
+    "\\ ",
+    "\\\\",
+    "=",
+    "$",
+    "${a.b}",
+    "/",
+    "%",
+    "@",
+    "+",
+    ".",
+    "_",
+    "choice(",
+    "range(",
+    "int(",
+    "str(",
+    "float(",
+    "bool(",
+    "'\\''",
 ]
 
 
@@ -602,8 +656,10 @@ def test_product_matches_basic_sweeper(hydra_parser: Any) -> None:
         expected = [(key, typed(value)) for key, value in our_job]
         assert [read_back(item) for item in hydra_job] == expected
         # our rendering of each job reads back identically in Hydra
-        rendered = [key if value is None and key.startswith("~") else f"{key}={format_value(value)}"
-                    for key, value in our_job]
+        rendered = [
+            key if value is None and key.startswith("~") else f"{key}={format_value(value)}"
+            for key, value in our_job
+        ]
         assert [read_back(item) for item in rendered] == expected
 
 
@@ -626,7 +682,12 @@ def test_basic_sweeper_unquotes_choice_strings(hydra_parser: Any) -> None:
 def test_product_order_is_hydras() -> None:
     jobs = _jobs(["a=1,2", "b=range(5,0,-2)"])
     assert [[v for _, v in job] for job in jobs] == [
-        [1, 5], [1, 3], [1, 1], [2, 5], [2, 3], [2, 1],
+        [1, 5],
+        [1, 3],
+        [1, 1],
+        [2, 5],
+        [2, 3],
+        [2, 1],
     ]
     assert _jobs(["a=1,2", "b=range(3,3)"]) == []
 
@@ -636,16 +697,69 @@ def test_product_order_is_hydras() -> None:
 # --------------------------------------------------------------------------- #
 
 ROUND_TRIP = [
-    None, True, False, 0, -7, 10**30, 1.5, -0.0, 1e-05, 1e16, 0.1 + 0.2, math.inf, -math.inf,
-    "", "a", "a b", " a ", "1", "1.5", "true", "null", "nan", "inf", "a,b", "a:b", "a=b",
-    "[1]", "{a: 1}", "(x)", "it's", 'say "hi"', "both ' and \"", "a\\", "\\", "a\\'b",
-    "\\\\'", "tab\there", "new\nline", "héllo", "${a.b}", "${oc.env:A,b}", "a\\,b",
-    "/path/to/x.txt", "choice(1,2)", "range(3)", "-", "$", "%", "a\\", "x'",
-    [], [1, "a", None, [True, ["b c", "1"]]], ["a\\", "b"], {}, {"a": 1, "b": [2, "c,d"]},
+    None,
+    True,
+    False,
+    0,
+    -7,
+    10**30,
+    1.5,
+    -0.0,
+    1e-05,
+    1e16,
+    0.1 + 0.2,
+    math.inf,
+    -math.inf,
+    "",
+    "a",
+    "a b",
+    " a ",
+    "1",
+    "1.5",
+    "true",
+    "null",
+    "nan",
+    "inf",
+    "a,b",
+    "a:b",
+    "a=b",
+    "[1]",
+    "{a: 1}",
+    "(x)",
+    "it's",
+    'say "hi"',
+    "both ' and \"",
+    "a\\",
+    "\\",
+    "a\\'b",
+    "\\\\'",
+    "tab\there",
+    "new\nline",
+    "héllo",
+    "${a.b}",
+    "${oc.env:A,b}",
+    "a\\,b",
+    "/path/to/x.txt",
+    "choice(1,2)",
+    "range(3)",
+    "-",
+    "$",
+    "%",
+    "a\\",
+    "x'",
+    [],
+    [1, "a", None, [True, ["b c", "1"]]],
+    ["a\\", "b"],
+    {},
+    {"a": 1, "b": [2, "c,d"]},
     {"a b": "c", "x:y": 1, "p=q": {"r": None}, 1: "one", 2.5: "f", None: "n", False: "t"},
     {"a\\": "b", "(k)": 1, "[k]": 2, "tab\tk": 3},
-    Choice((1, "a", [2], None)), Choice(("a\\", "b")), Choice(("x",)), Choice(()),
-    Distribution("uniform", -1, 1.5), Distribution("loguniform", 1e-5, 0.1),
+    Choice((1, "a", [2], None)),
+    Choice(("a\\", "b")),
+    Choice(("x",)),
+    Choice(()),
+    Distribution("uniform", -1, 1.5),
+    Distribution("loguniform", 1e-5, 0.1),
     Distribution("randint", 0, 10),
 ]
 
@@ -674,7 +788,8 @@ def test_format_value_style() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [{"1": 0}, {"": 0}, {"é": 0}, {"a'b": 0}, Choice((None,)), (1, 2), {1, 2}, b"x"],
+    "value",
+    [{"1": 0}, {"": 0}, {"é": 0}, {"a'b": 0}, Choice((None,)), (1, 2), {1, 2}, b"x"],
     ids=repr,
 )
 def test_format_value_rejects_unrepresentable(value: Any) -> None:

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from slurmkit import plan, spec as spec_mod
+from slurmkit import plan
+from slurmkit import spec as spec_mod
 from slurmkit.core import arrays
 from slurmkit.errors import SpecError
-from slurmkit.overrides import Distribution, Choice
+from slurmkit.overrides import Choice, Distribution
 
 
 def _load(spec_file, body, overrides=()):
@@ -25,8 +26,9 @@ def test_grid_order_matches_hydra_basic_sweeper(spec_file):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
-    batches = hydra_sweeper.BasicSweeper.split_arguments(parser.parse_overrides(overrides),
-                                                         max_batch_size=None)
+    batches = hydra_sweeper.BasicSweeper.split_arguments(
+        parser.parse_overrides(overrides), max_batch_size=None
+    )
     theirs = []
     for batch in batches[0]:
         parsed = parser.parse_overrides(list(batch))
@@ -42,7 +44,9 @@ def test_ids_are_stable_and_distinct(spec_file):
     assert [t.id for t in first] == [t.id for t in again]
     assert len({t.id for t in first}) == 6
     # the id depends on the parameters only, not on their position in the sweep
-    reordered = plan.expand(_load(spec_file, "command: x\nparams: {n: 'range(1,4)', lr: [0.1, 0.01]}\n"))
+    reordered = plan.expand(
+        _load(spec_file, "command: x\nparams: {n: 'range(1,4)', lr: [0.1, 0.01]}\n")
+    )
     assert {t.id for t in reordered} == {t.id for t in first}
 
 
@@ -82,18 +86,32 @@ def _reference_expand(s):
     for _ in range(s.num_samples):
         for combo in itertools.product(*(s.params[k].values for k in grid)):
             point = dict(zip(grid, combo))
-            params = {k: point[k] if k in point else plan.sample(s.params[k], rng)
-                      if isinstance(s.params[k], Distribution) else s.params[k] for k in keys}
+            params = {
+                k: point[k]
+                if k in point
+                else plan.sample(s.params[k], rng)
+                if isinstance(s.params[k], Distribution)
+                else s.params[k]
+                for k in keys
+            }
             tid = trial_id(params)
-            out.append((len(out), tid, params, json.dumps(
-                {"index": len(out), "id": tid, "params": params}, ensure_ascii=False)))
+            out.append(
+                (
+                    len(out),
+                    tid,
+                    params,
+                    json.dumps(
+                        {"index": len(out), "id": tid, "params": params}, ensure_ascii=False
+                    ),
+                )
+            )
     return out
 
 
 def test_expand_is_the_plain_definition():
     """expand() joins per-value JSON pieces, column by column: the same trials, ids and
     manifest rows as the trial-by-trial definition with json.dumps."""
-    nested = {"b": [1, {"z": None, "a": "q\"x"}], "a": {"y": 2.5, "x": [True]}}
+    nested = {"b": [1, {"z": None, "a": 'q"x'}], "a": {"y": 2.5, "x": [True]}}
     params = {
         "lr": Choice((1e-5, 0.1, 1.0, -0.0, 3, -7, 10**20, float("inf"), float("nan"))),
         "optim.beta": Choice((True, False, None)),
@@ -104,10 +122,20 @@ def test_expand_is_the_plain_definition():
         "a.b.c": "ß",
         "r": Distribution("randint", 1, 10**6),
     }
-    for keys, samples in [(list(params), 2), (["lr", "fixed"], 1), (["u", "a.b.c"], 5), ([], 1),
-                          (["name", "r", "optim.beta"], 3)]:
-        s = spec_mod.SweepSpec(name="t", command=("x",), params={k: params[k] for k in keys},
-                               num_samples=samples, seed=5)
+    for keys, samples in [
+        (list(params), 2),
+        (["lr", "fixed"], 1),
+        (["u", "a.b.c"], 5),
+        ([], 1),
+        (["name", "r", "optim.beta"], 3),
+    ]:
+        s = spec_mod.SweepSpec(
+            name="t",
+            command=("x",),
+            params={k: params[k] for k in keys},
+            num_samples=samples,
+            seed=5,
+        )
         trials = plan.expand(s)
         ours = [(t.index, t.id, t.params, row) for t, row in zip(trials, trials.rows)]
         assert repr(ours) == repr(_reference_expand(s))  # repr: nan == nan, -0.0 != 0.0
@@ -130,14 +158,20 @@ def test_duplicate_points_are_rejected(spec_file):
 
 def test_chunks_keep_task_ids_under_max_array_size():
     chunks = plan.chunks(range(10), 4)
-    assert [(c.offset, c.indices) for c in chunks] == [(0, (0, 1, 2, 3)), (4, (4, 5, 6, 7)), (8, (8, 9))]
+    assert [(c.offset, c.indices) for c in chunks] == [
+        (0, (0, 1, 2, 3)),
+        (4, (4, 5, 6, 7)),
+        (8, (8, 9)),
+    ]
     assert [c.array_spec(2) for c in chunks] == ["0-3%2", "0-3%2", "0-1%2"]
     sparse = plan.chunks([1, 2, 3, 9, 13], 5)
     assert [(c.offset, c.array_spec()) for c in sparse] == [(0, "1-3"), (5, "4"), (10, "3")]
     assert all(max(arrays.expand_array_spec(c.array_spec())) < 5 for c in sparse)
 
 
-@pytest.mark.parametrize("indices", [[0], [0, 1, 2], [0, 2, 4], [5, 6, 7, 10, 11, 20], list(range(1000))])
+@pytest.mark.parametrize(
+    "indices", [[0], [0, 1, 2], [0, 2, 4], [5, 6, 7, 10, 11, 20], list(range(1000))]
+)
 def test_compress_round_trips(indices):
     assert arrays.expand_array_spec(arrays.compress(indices)) == indices
     assert arrays.compress(reversed(indices)) == arrays.compress(indices + indices[:1])

@@ -8,16 +8,17 @@ import dataclasses
 import pytest
 
 from slurmkit import pyxis
-from slurmkit.errors import SpecError
-from slurmkit.spec.model import CONTAINER_KEYS
 from slurmkit.core.profiles import PROFILES
+from slurmkit.errors import SpecError
 from slurmkit.pyxis import enroot_uri, validate_option
+from slurmkit.spec.model import CONTAINER_KEYS
 
 
 def container_options(container, *, submit_dir=None, env_names=(), source=None) -> list[str]:
     """Validate a container block, then render its srun options."""
-    return pyxis.srun_options(pyxis.parse(container, source), submit_dir=submit_dir,
-                              env_names=env_names, source=source)
+    return pyxis.srun_options(
+        pyxis.parse(container, source), submit_dir=submit_dir, env_names=env_names, source=source
+    )
 
 
 def render(submit_dir: str = "/mnt/home/me/proj", **container) -> list[str]:
@@ -40,34 +41,40 @@ def spec_error(match: str, **container) -> SpecError:
     return info.value
 
 
-@pytest.mark.parametrize("image, uri", [
-    ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
-    ("nvcr.io#nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
-    ("docker://nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
-    ("alice@nvcr.io/nvidia/pytorch:24.01-py3", "alice@nvcr.io#nvidia/pytorch:24.01-py3"),
-    ("ubuntu:22.04", "ubuntu:22.04"),
-    ("ubuntu", "ubuntu"),
-    ("docker.io/library/ubuntu:22.04", "ubuntu:22.04"),
-    ("index.docker.io/pytorch/pytorch:2.3.0", "pytorch/pytorch:2.3.0"),
-    ("docker.io#pytorch/pytorch", "pytorch/pytorch"),
-    ("ghcr.io/org/team/trainer:v1.2", "ghcr.io#org/team/trainer:v1.2"),
-    ("localhost:5000/trainer:dev", "localhost:5000#trainer:dev"),
-    ("registry.internal:5000/a/b", "registry.internal:5000#a/b"),
-    ("/mnt/data/images/pytorch+24.01.sqsh", "/mnt/data/images/pytorch+24.01.sqsh"),
-    ("./images/train.sqsh", "./images/train.sqsh"),
-])
+@pytest.mark.parametrize(
+    "image, uri",
+    [
+        ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("nvcr.io#nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("docker://nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("alice@nvcr.io/nvidia/pytorch:24.01-py3", "alice@nvcr.io#nvidia/pytorch:24.01-py3"),
+        ("ubuntu:22.04", "ubuntu:22.04"),
+        ("ubuntu", "ubuntu"),
+        ("docker.io/library/ubuntu:22.04", "ubuntu:22.04"),
+        ("index.docker.io/pytorch/pytorch:2.3.0", "pytorch/pytorch:2.3.0"),
+        ("docker.io#pytorch/pytorch", "pytorch/pytorch"),
+        ("ghcr.io/org/team/trainer:v1.2", "ghcr.io#org/team/trainer:v1.2"),
+        ("localhost:5000/trainer:dev", "localhost:5000#trainer:dev"),
+        ("registry.internal:5000/a/b", "registry.internal:5000#a/b"),
+        ("/mnt/data/images/pytorch+24.01.sqsh", "/mnt/data/images/pytorch+24.01.sqsh"),
+        ("./images/train.sqsh", "./images/train.sqsh"),
+    ],
+)
 def test_image_references(image, uri):
     assert enroot_uri(image) == uri
     assert option(render(image=image), "container-image") == uri
 
 
-@pytest.mark.parametrize("image, reason", [
-    ("nvcr.io/nvidia/pytorch@sha256:" + "a" * 64, "digest"),
-    ("nvcr.io/NVIDIA/PyTorch:24.01", "not an image name"),
-    ("ubuntu:bad tag", "not a tag"),
-    ("/images/my image.sqsh", "squashfs path"),
-    ("ba$d@nvcr.io/x", "not a user name"),
-])
+@pytest.mark.parametrize(
+    "image, reason",
+    [
+        ("nvcr.io/nvidia/pytorch@sha256:" + "a" * 64, "digest"),
+        ("nvcr.io/NVIDIA/PyTorch:24.01", "not an image name"),
+        ("ubuntu:bad tag", "not a tag"),
+        ("/images/my image.sqsh", "squashfs path"),
+        ("ba$d@nvcr.io/x", "not a user name"),
+    ],
+)
 def test_bad_images(image, reason):
     err = spec_error(reason, image=image)
     assert err.key == "container.image"
@@ -79,12 +86,21 @@ def test_image_required():
 
 
 def test_full_block_renders_in_order():
-    opts = render(image="nvcr.io/nvidia/pytorch:24.01-py3",
-                  mounts=["/mnt/data:/data:ro+rprivate",
-                          {"src": "tmpfs", "dst": "/scratch", "flags": ["size=8G", "mode=1777"]},
-                          "/mnt/home:/mnt/home", "umount:/opt/unwanted"],
-                  workdir="/workspace", env_keep=["WANDB_API_KEY", "MASTER_PORT"],
-                  writable=True, remap_root=False, mount_home=True, name="train:exec")
+    opts = render(
+        image="nvcr.io/nvidia/pytorch:24.01-py3",
+        mounts=[
+            "/mnt/data:/data:ro+rprivate",
+            {"src": "tmpfs", "dst": "/scratch", "flags": ["size=8G", "mode=1777"]},
+            "/mnt/home:/mnt/home",
+            "umount:/opt/unwanted",
+        ],
+        workdir="/workspace",
+        env_keep=["WANDB_API_KEY", "MASTER_PORT"],
+        writable=True,
+        remap_root=False,
+        mount_home=True,
+        name="train:exec",
+    )
     digest = opts[3].split("-")[-1].split(":")[0]
     assert opts == [
         "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
@@ -101,11 +117,13 @@ def test_full_block_renders_in_order():
 
 def test_defaults_mount_and_enter_the_submit_dir_without_home():
     opts = render(image="ubuntu:22.04")
-    assert opts == ["--container-image=ubuntu:22.04",
-                    "--container-mounts=/mnt/home/me/proj:/mnt/home/me/proj",
-                    "--container-workdir=/mnt/home/me/proj",
-                    "--container-env=MASTER_ADDR,MASTER_PORT",
-                    "--no-container-mount-home"]
+    assert opts == [
+        "--container-image=ubuntu:22.04",
+        "--container-mounts=/mnt/home/me/proj:/mnt/home/me/proj",
+        "--container-workdir=/mnt/home/me/proj",
+        "--container-env=MASTER_ADDR,MASTER_PORT",
+        "--no-container-mount-home",
+    ]
 
 
 def test_submit_dir_already_under_a_mount_is_not_mounted_twice():
@@ -113,8 +131,10 @@ def test_submit_dir_already_under_a_mount_is_not_mounted_twice():
     assert option(opts, "container-mounts") == "/mnt/home:/mnt/home"
     assert option(opts, "container-workdir") == "/mnt/home/me/proj"
     opts = render(image="ubuntu", mounts=["/mnt/home2"])
-    assert option(opts, "container-mounts") == \
-        "/mnt/home2:/mnt/home2,/mnt/home/me/proj:/mnt/home/me/proj"
+    assert (
+        option(opts, "container-mounts")
+        == "/mnt/home2:/mnt/home2,/mnt/home/me/proj:/mnt/home/me/proj"
+    )
 
 
 def test_submit_dir_default_is_cwd(tmp_path, monkeypatch):
@@ -127,15 +147,22 @@ def test_unmountable_submit_dir_asks_for_a_workdir():
     with pytest.raises(SpecError, match="cannot be mounted") as info:
         container_options({"image": "ubuntu"}, submit_dir="/mnt/a:b")
     assert info.value.key == "container.workdir"
-    assert option(container_options({"image": "ubuntu", "workdir": "/w"}, submit_dir="/mnt/a:b"),
-                  "container-workdir") == "/w"
+    assert (
+        option(
+            container_options({"image": "ubuntu", "workdir": "/w"}, submit_dir="/mnt/a:b"),
+            "container-workdir",
+        )
+        == "/w"
+    )
 
 
 def test_env_names_from_the_script_are_kept_once():
-    opts = container_options({"image": "ubuntu", "env_keep": ["A"]}, submit_dir="/x",
-                             env_names=[*PROFILES["sunk"], "A"])
-    assert option(opts, "container-env") == \
-        "MASTER_ADDR,MASTER_PORT,A," + ",".join(PROFILES["sunk"])
+    opts = container_options(
+        {"image": "ubuntu", "env_keep": ["A"]}, submit_dir="/x", env_names=[*PROFILES["sunk"], "A"]
+    )
+    assert option(opts, "container-env") == "MASTER_ADDR,MASTER_PORT,A," + ",".join(
+        PROFILES["sunk"]
+    )
 
 
 def test_sunk_profile():
@@ -148,8 +175,11 @@ def test_sunk_profile():
 
 def test_name_digest_follows_the_image_not_its_spelling(tmp_path):
     def name(image: str, submit_dir: str = "/x") -> str:
-        return option(container_options({"image": image, "name": "train"},
-                                        submit_dir=submit_dir), "container-name")
+        return option(
+            container_options({"image": image, "name": "train"}, submit_dir=submit_dir),
+            "container-name",
+        )
+
     a = name("nvcr.io/nvidia/pytorch:24.01-py3")
     assert a == name("nvcr.io#nvidia/pytorch:24.01-py3")
     assert a != name("nvcr.io/nvidia/pytorch:24.02-py3")
@@ -162,32 +192,38 @@ def test_name_digest_follows_the_image_not_its_spelling(tmp_path):
     assert name("./train.sqsh", str(tmp_path)) != first
 
 
-@pytest.mark.parametrize("name, match", [
-    ("train:reuse", "'reuse' is not allowed"),
-    ("-x", "is not a container name"),
-    ("a b", "is not a container name"),
-    (3, "is not a container name"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("train:reuse", "'reuse' is not allowed"),
+        ("-x", "is not a container name"),
+        ("a b", "is not a container name"),
+        (3, "is not a container name"),
+    ],
+)
 def test_bad_names(name, match):
     err = spec_error(match, image="ubuntu", name=name)
     assert err.key == "container.name"
     assert "no_exec" in err.hint
 
 
-@pytest.mark.parametrize("mount, match", [
-    ("data:/data", "source 'data' is not allowed"),
-    ("/a:/b:/c:ro", "too many ':'"),
-    ("/a,b:/c", "source '/a,b' is not allowed"),
-    ("/a:rel", "destination 'rel' is not allowed"),
-    ("/a::ro", "empty destination"),
-    ("/a:/b:ro+bogus", "unknown mount flag 'bogus'"),
-    ("/a:/b:size=1G", "unknown mount flag 'size=1G'"),
-    ("tmpfs", "tmpfs needs a destination"),
-    ("umount", "umount needs a destination"),
-    ({"src": "/a", "to": "/b"}, "unknown key 'to'"),
-    ({"src": "/a", "flags": 3}, "flags a list"),
-    (7, "expected a string or a mapping"),
-])
+@pytest.mark.parametrize(
+    "mount, match",
+    [
+        ("data:/data", "source 'data' is not allowed"),
+        ("/a:/b:/c:ro", "too many ':'"),
+        ("/a,b:/c", "source '/a,b' is not allowed"),
+        ("/a:rel", "destination 'rel' is not allowed"),
+        ("/a::ro", "empty destination"),
+        ("/a:/b:ro+bogus", "unknown mount flag 'bogus'"),
+        ("/a:/b:size=1G", "unknown mount flag 'size=1G'"),
+        ("tmpfs", "tmpfs needs a destination"),
+        ("umount", "umount needs a destination"),
+        ({"src": "/a", "to": "/b"}, "unknown key 'to'"),
+        ({"src": "/a", "flags": 3}, "flags a list"),
+        (7, "expected a string or a mapping"),
+    ],
+)
 def test_bad_mounts_name_their_index(mount, match):
     err = spec_error(match, image="ubuntu", mounts=["/ok:/ok", mount])
     assert err.key.startswith("container.mounts[1]")
@@ -198,14 +234,21 @@ def test_bad_mount_flag_lists_allowed_flags():
     assert "ro" in err.hint and "rprivate" in err.hint and "x-create=dir" in err.hint
 
 
-@pytest.mark.parametrize("block, key, match", [
-    ({"image": "ubuntu", "mounts": "/a:/b"}, "container.mounts", "must be a list"),
-    ({"image": "ubuntu", "workdir": "rel/dir"}, "container.workdir", "not an absolute path"),
-    ({"image": "ubuntu", "env_keep": ["OK", "1BAD"]}, "container.env_keep[1]", "not a variable"),
-    ({"image": "ubuntu", "writable": "yes"}, "container.writable", "true or false"),
-    ({"image": "ubuntu", "mount_home": 1}, "container.mount_home", "true or false"),
-    ({"image": "ubuntu", "entrypoint": True}, "container.entrypoint", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "block, key, match",
+    [
+        ({"image": "ubuntu", "mounts": "/a:/b"}, "container.mounts", "must be a list"),
+        ({"image": "ubuntu", "workdir": "rel/dir"}, "container.workdir", "not an absolute path"),
+        (
+            {"image": "ubuntu", "env_keep": ["OK", "1BAD"]},
+            "container.env_keep[1]",
+            "not a variable",
+        ),
+        ({"image": "ubuntu", "writable": "yes"}, "container.writable", "true or false"),
+        ({"image": "ubuntu", "mount_home": 1}, "container.mount_home", "true or false"),
+        ({"image": "ubuntu", "entrypoint": True}, "container.entrypoint", "unknown key"),
+    ],
+)
 def test_bad_keys(block, key, match):
     err = spec_error(match, **block)
     assert err.key == key
@@ -236,37 +279,43 @@ def test_dataclass_block():
         container_options(["image"])
 
 
-@pytest.mark.parametrize("opt", [
-    "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
-    "--container-image=/images/a.sqsh",
-    "--container-mounts=/a:/b:ro+rprivate,tmpfs:/t,/c",
-    "--container-workdir=/w",
-    "--container-name=x-1234abcd:no_exec",
-    "--container-save=/images/out.sqsh",
-    "--container-env=A,B_2",
-    "--container-unshare=net,uts",
-    "--container-entrypoint-log",
-    "--no-container-entrypoint",
-    "--container-readonly",
-])
+@pytest.mark.parametrize(
+    "opt",
+    [
+        "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
+        "--container-image=/images/a.sqsh",
+        "--container-mounts=/a:/b:ro+rprivate,tmpfs:/t,/c",
+        "--container-workdir=/w",
+        "--container-name=x-1234abcd:no_exec",
+        "--container-save=/images/out.sqsh",
+        "--container-env=A,B_2",
+        "--container-unshare=net,uts",
+        "--container-entrypoint-log",
+        "--no-container-entrypoint",
+        "--container-readonly",
+    ],
+)
 def test_validate_option_accepts(opt):
     assert validate_option(opt).name == opt[2:].partition("=")[0]
 
 
-@pytest.mark.parametrize("opt, match", [
-    ("--container-bogus=1", "not a pyxis option"),
-    ("container-image=ubuntu", "not a pyxis option"),
-    ("--container-image", "needs a value"),
-    ("--container-image=", "needs a value"),
-    ("--container-writable=1", "takes no value"),
-    ("--container-image=nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia"),
-    ("--container-mounts=/a:/b:ro+bogus", "entry 0: unknown mount flag"),
-    ("--container-name=x:reuse", "NAME"),
-    ("--container-env=A,,B", "variable names"),
-    ("--container-unshare=pid", "net, ipc, uts"),
-    ("--container-save=/images/", "file path"),
-    ("--container-workdir=rel", "absolute"),
-])
+@pytest.mark.parametrize(
+    "opt, match",
+    [
+        ("--container-bogus=1", "not a pyxis option"),
+        ("container-image=ubuntu", "not a pyxis option"),
+        ("--container-image", "needs a value"),
+        ("--container-image=", "needs a value"),
+        ("--container-writable=1", "takes no value"),
+        ("--container-image=nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io#nvidia"),
+        ("--container-mounts=/a:/b:ro+bogus", "entry 0: unknown mount flag"),
+        ("--container-name=x:reuse", "NAME"),
+        ("--container-env=A,,B", "variable names"),
+        ("--container-unshare=pid", "net, ipc, uts"),
+        ("--container-save=/images/", "file path"),
+        ("--container-workdir=rel", "absolute"),
+    ],
+)
 def test_validate_option_rejects(opt, match):
     with pytest.raises(ValueError, match=match):
         validate_option(opt)

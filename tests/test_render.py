@@ -8,34 +8,49 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, SLURMKIT, assert_shell_ok, run_cli
-from slurmkit import plan, render, spec as spec_mod, sweep as lib
+
+from slurmkit import plan, render
+from slurmkit import spec as spec_mod
+from slurmkit import sweep as lib
 
 
 def scripts(s, indices, max_array_size, sweep_dir):
-    return render.scripts(plan.make(s, plan.expand(s), os.getcwd()), indices, max_array_size,
-                          sweep_dir)
+    return render.scripts(
+        plan.make(s, plan.expand(s), os.getcwd()), indices, max_array_size, sweep_dir
+    )
 
 
 def test_script_shape_and_no_values_in_text(spec_file):
-    s = spec_mod.load(str(spec_file("""
+    s = spec_mod.load(
+        str(
+            spec_file("""
 name: demo
 command: [python, t.py]
 params: {text: ["$(rm -rf /)", "`id`", "it's"], n: 'range(0,4)'}
 max_parallel: 3
 resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
-""")))
+""")
+        )
+    )
     trials = plan.expand(s)
-    [(chunk, text)] = scripts(s, range(len(trials)), 1001, "/shared/runs/demo-1")
+    [(_, text)] = scripts(s, range(len(trials)), 1001, "/shared/runs/demo-1")
     assert text.startswith("#!/bin/bash\n")
     sbatch = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
-    assert sbatch == ["#SBATCH --job-name=demo", "#SBATCH --array=0-11%3",
-                      "#SBATCH --output=/shared/runs/demo-1/logs/%A_%a.out",
-                      "#SBATCH --open-mode=append", "#SBATCH --requeue",
-                      "#SBATCH --signal=B:USR2@120", "#SBATCH --partition=low",
-                      "#SBATCH --time=0:05:00", "#SBATCH --nodes=1", "#SBATCH --cpus-per-task=1",
-                      "#SBATCH --mem=1G", "#SBATCH --exclusive"]
+    assert sbatch == [
+        "#SBATCH --job-name=demo",
+        "#SBATCH --array=0-11%3",
+        "#SBATCH --output=/shared/runs/demo-1/logs/%A_%a.out",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR2@120",
+        "#SBATCH --partition=low",
+        "#SBATCH --time=0:05:00",
+        "#SBATCH --nodes=1",
+        "#SBATCH --cpus-per-task=1",
+        "#SBATCH --mem=1G",
+        "#SBATCH --exclusive",
+    ]
     for bad in ("rm -rf", "`id`", "it's", "t.py"):
         assert bad not in text
     assert "-m slurmkit.runtime task --offset 0 &" in text
@@ -48,12 +63,23 @@ def test_requeue_can_be_switched_off_and_tuned(spec_file):
     text = scripts(off, [0], 1001, "/r")[0][1]
     assert "#SBATCH --no-requeue" in text and "trap" not in text and "exec " in text
     assert_shell_ok(text)
-    tuned = spec_mod.load(str(spec_file("command: x\nparams: {a: [1]}\nresources: {time: 10}\n"
-                                        "requeue: {signal: SIGURG, lead: 60, budgets: {timeout: 1}}\n")))
+    tuned = spec_mod.load(
+        str(
+            spec_file(
+                "command: x\nparams: {a: [1]}\nresources: {time: 10}\n"
+                "requeue: {signal: SIGURG, lead: 60, budgets: {timeout: 1}}\n"
+            )
+        )
+    )
     text = scripts(tuned, [0], 1001, "/r")[0][1]
     assert "#SBATCH --signal=B:URG@60" in text and "trap 'slurmkit_forward URG' URG" in text
     assert_shell_ok(text)
-    assert tuned.requeue.budgets == {"preemption": None, "timeout": 1, "node_failure": 3, "error": 0}
+    assert tuned.requeue.budgets == {
+        "preemption": None,
+        "timeout": 1,
+        "node_failure": 3,
+        "error": 0,
+    }
 
 
 def test_split_under_max_array_size(spec_file):
@@ -81,9 +107,14 @@ def test_large_output_survives_the_quick_exit(tmp_path, spec_file):
     proc = run_cli("sweep", str(path), f"output_root={tmp_path / 'runs'}", "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["indices"] == list(range(30000))
-    head = subprocess.run(f"{' '.join(SLURMKIT)} sweep {path} --dry-run --json | head -c 10",
-                          shell=True, capture_output=True, text=True, timeout=60,
-                          executable="/bin/bash")
+    head = subprocess.run(
+        f"{' '.join(SLURMKIT)} sweep {path} --dry-run --json | head -c 10",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        executable="/bin/bash",
+    )
     assert head.stdout == '{"sweep_di'
 
 

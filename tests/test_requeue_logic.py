@@ -7,32 +7,40 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from slurmkit.runtime import requeue
 from slurmkit.core.contract import REQUEUE_EXIT
+from slurmkit.runtime import requeue
 
 BUDGETS = {"preemption": None, "timeout": 3, "node_failure": 3, "error": 0}
 NOW = datetime(2026, 11, 30, 12, 0, 0)
 
 
 def info(**kw: str) -> dict[str, str]:
-    base = {"JobState": "RUNNING", "Restarts": "0", "PreemptTime": "None",
-            "EndTime": (NOW + timedelta(hours=1)).isoformat(), "TimeLimit": "01:00:00",
-            "RunTime": "00:10:00"}
+    base = {
+        "JobState": "RUNNING",
+        "Restarts": "0",
+        "PreemptTime": "None",
+        "EndTime": (NOW + timedelta(hours=1)).isoformat(),
+        "TimeLimit": "01:00:00",
+        "RunTime": "00:10:00",
+    }
     return {**base, **kw}
 
 
-@pytest.mark.parametrize("signals,job,cause", [
-    (["USR2"], info(EndTime=(NOW + timedelta(seconds=100)).isoformat()), "timeout"),
-    (["USR2"], info(PreemptTime=NOW.isoformat()), "preemption"),
-    (["USR2"], info(), "preemption"),                              # scancel --batch --signal=USR2
-    (["TERM"], info(JobState="COMPLETING", Restarts="1", EndTime="Unknown"), "preemption"),
-    (["TERM"], info(JobState="COMPLETING", EndTime=NOW.isoformat()), None),  # scancel
-    (["TERM"], info(JobState="COMPLETING", RunTime="01:00:00"), "timeout"),
-    (["TERM"], info(JobState="NODE_FAIL"), "node_failure"),
-    (["TERM"], info(JobState="IDLE", NodeState="DOWN+DRAIN"), "node_failure"),
-    (["TERM"], info(JobState="PENDING", Restarts="1", NodeState="IDLE"), "node_failure"),
-    (["TERM"], {}, "preemption"),                                  # scontrol unavailable
-])
+@pytest.mark.parametrize(
+    "signals,job,cause",
+    [
+        (["USR2"], info(EndTime=(NOW + timedelta(seconds=100)).isoformat()), "timeout"),
+        (["USR2"], info(PreemptTime=NOW.isoformat()), "preemption"),
+        (["USR2"], info(), "preemption"),  # scancel --batch --signal=USR2
+        (["TERM"], info(JobState="COMPLETING", Restarts="1", EndTime="Unknown"), "preemption"),
+        (["TERM"], info(JobState="COMPLETING", EndTime=NOW.isoformat()), None),  # scancel
+        (["TERM"], info(JobState="COMPLETING", RunTime="01:00:00"), "timeout"),
+        (["TERM"], info(JobState="NODE_FAIL"), "node_failure"),
+        (["TERM"], info(JobState="IDLE", NodeState="DOWN+DRAIN"), "node_failure"),
+        (["TERM"], info(JobState="PENDING", Restarts="1", NodeState="IDLE"), "node_failure"),
+        (["TERM"], {}, "preemption"),  # scontrol unavailable
+    ],
+)
 def test_classify(signals, job, cause):
     assert requeue.classify(signals, "USR2", job, 120, 0, now=NOW.timestamp()) == cause
 
@@ -60,18 +68,32 @@ def test_decide_budgets_per_cause():
 
 
 def _sweep_with_vanished_attempt(tmp_path, spec_file, budget: int):
-    from slurmkit import plan, spec as spec_mod, store
+    from slurmkit import plan, store
+    from slurmkit import spec as spec_mod
     from slurmkit.core.fsutil import atomic_write_json
 
-    s = spec_mod.load(str(spec_file(f"command: [/bin/true]\nargs: none\nparams: {{a: [1]}}\n"
-                                    f"requeue: {{budgets: {{node_failure: {budget}}}}}\n")))
+    s = spec_mod.load(
+        str(
+            spec_file(
+                f"command: [/bin/true]\nargs: none\nparams: {{a: [1]}}\n"
+                f"requeue: {{budgets: {{node_failure: {budget}}}}}\n"
+            )
+        )
+    )
     trials = plan.expand(s)
     import os
+
     sweep = store.create(plan.make(s, trials, os.getcwd()), str(tmp_path / "sweep"))
     os.makedirs(sweep.trial(trials[0].id))
-    atomic_write_json(sweep.status(trials[0].id), {
-        "id": trials[0].id, "index": 0, "state": "RUNNING",
-        "attempts": [{"n": 1, "state": "RUNNING", "host": "n9", "start": 0}]})
+    atomic_write_json(
+        sweep.status(trials[0].id),
+        {
+            "id": trials[0].id,
+            "index": 0,
+            "state": "RUNNING",
+            "attempts": [{"n": 1, "state": "RUNNING", "host": "n9", "start": 0}],
+        },
+    )
     return sweep, trials[0].id
 
 
@@ -86,7 +108,9 @@ def test_vanished_attempt_counts_as_node_failure(tmp_path, spec_file, monkeypatc
     assert run.wait() == 0
     status = read_json(sweep.status(tid))
     assert [(a["state"], a.get("cause")) for a in status["attempts"]] == [
-        ("NODE_FAIL", "node_failure"), ("COMPLETED", None)]
+        ("NODE_FAIL", "node_failure"),
+        ("COMPLETED", None),
+    ]
 
 
 def test_node_failure_budget_spent_fails_without_running(tmp_path, spec_file, monkeypatch):

@@ -20,32 +20,40 @@ def fake_torch(gpus: int, nccl: object = (2, 21, 5)) -> types.SimpleNamespace:
             raise nccl
         return nccl
 
-    cuda = types.SimpleNamespace(is_available=lambda: gpus > 0, device_count=lambda: gpus,
-                                 nccl=types.SimpleNamespace(version=version))
+    cuda = types.SimpleNamespace(
+        is_available=lambda: gpus > 0,
+        device_count=lambda: gpus,
+        nccl=types.SimpleNamespace(version=version),
+    )
     return types.SimpleNamespace(__version__="2.13.0", cuda=cuda)
 
 
 @pytest.fixture
 def gpus(monkeypatch):
     """``gpus(n)``: torch as this process imports it now sees ``n`` GPUs."""
+
     def set_count(n: int, nccl: object = (2, 21, 5)) -> None:
         monkeypatch.setitem(sys.modules, "torch", fake_torch(n, nccl))
+
     return set_count
 
 
-@pytest.mark.parametrize("env, want", [
-    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 4),
-    ({"CUDA_VISIBLE_DEVICES": "GPU-8a1b,GPU-77ce"}, 2),
-    ({"CUDA_VISIBLE_DEVICES": ""}, 0),
-    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, 0),
-    ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, 1),
-    ({"CUDA_VISIBLE_DEVICES": "3", "SLURM_GPUS_ON_NODE": "8"}, 1),  # --gpus-per-task=1
-    ({"SLURM_GPUS_ON_NODE": "8", "SLURM_GPUS_PER_NODE": "4"}, 8),
-    ({"SLURM_GPUS_PER_NODE": "h100:8"}, 8),
-    ({"SLURM_GPUS_PER_NODE": "a100:2,v100:1"}, 3),
-    ({"SLURM_JOB_ID": "7"}, 0),  # a CPU-only allocation
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "env, want",
+    [
+        ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 4),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-8a1b,GPU-77ce"}, 2),
+        ({"CUDA_VISIBLE_DEVICES": ""}, 0),
+        ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, 0),
+        ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, 1),
+        ({"CUDA_VISIBLE_DEVICES": "3", "SLURM_GPUS_ON_NODE": "8"}, 1),  # --gpus-per-task=1
+        ({"SLURM_GPUS_ON_NODE": "8", "SLURM_GPUS_PER_NODE": "4"}, 8),
+        ({"SLURM_GPUS_PER_NODE": "h100:8"}, 8),
+        ({"SLURM_GPUS_PER_NODE": "a100:2,v100:1"}, 3),
+        ({"SLURM_JOB_ID": "7"}, 0),  # a CPU-only allocation
+        ({}, None),
+    ],
+)
 def test_expected_gpus(env, want):
     assert expected_gpus(env)[0] == want
 
@@ -64,7 +72,8 @@ def test_gpus_missing_in_the_container(gpus, tmp_path):
     [bad] = [c for c in checks if not c.ok]
     assert bad.name == "gpus"
     assert bad.detail.startswith(
-        "torch sees 0 GPUs, the allocation gives 2 (CUDA_VISIBLE_DEVICES=0,1)")
+        "torch sees 0 GPUs, the allocation gives 2 (CUDA_VISIBLE_DEVICES=0,1)"
+    )
     assert "NVIDIA_VISIBLE_DEVICES" in bad.detail
 
 
@@ -96,10 +105,13 @@ def test_torch_missing(monkeypatch, tmp_path):
     assert checks[0].detail.startswith("cannot import torch:")
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("/proc/self", "cannot create a file in it"),  # no file can be created under /proc
-    ("/nonexistent/shared", "not a directory here: is it mounted?"),
-])
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("/proc/self", "cannot create a file in it"),  # no file can be created under /proc
+        ("/nonexistent/shared", "not a directory here: is it mounted?"),
+    ],
+)
 def test_path_fails(path, reason):
     check = selfcheck.check_path(path)
     assert not check.ok and check.detail.startswith(f"{path}: {reason}")
@@ -116,10 +128,18 @@ def test_path_from_the_environment(tmp_path):
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "SLURMKIT_", "CUDA_VISIBLE"))}
-    return subprocess.run([sys.executable, "-m", "slurmkit.runtime.selfcheck", *args],
-                          capture_output=True, text=True, env={**base, **env}, timeout=120)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SLURMKIT_", "CUDA_VISIBLE"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "slurmkit.runtime.selfcheck", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        timeout=120,
+    )
 
 
 def test_cli_ok(tmp_path):
@@ -132,13 +152,16 @@ def test_cli_ok(tmp_path):
 
 def test_cli_fails_with_one_line_per_failed_check(tmp_path):
     seen = torch.cuda.device_count()
-    out = cli("/proc/self", CUDA_VISIBLE_DEVICES=",".join(map(str, range(seen + 2))),
-              SLURM_JOB_ID="7")
+    out = cli(
+        "/proc/self", CUDA_VISIBLE_DEVICES=",".join(map(str, range(seen + 2))), SLURM_JOB_ID="7"
+    )
     assert out.returncode == EXIT_FAILED == 3
     assert out.stdout == ""
     lines = out.stderr.splitlines()
-    assert [ln.split(":")[0:2] for ln in lines] == [["selfcheck FAILED", " gpus"],
-                                                    ["selfcheck FAILED", " path"]]
+    assert [ln.split(":")[0:2] for ln in lines] == [
+        ["selfcheck FAILED", " gpus"],
+        ["selfcheck FAILED", " path"],
+    ]
 
 
 def test_cli_usage_error():

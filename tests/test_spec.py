@@ -4,13 +4,13 @@ file and key (and the CLI turns it into exit code 2, no traceback, no sweep dire
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_cli
 from spec_examples import BAD_INPUT, GOOD
-from slurmkit import render, spec as spec_mod
-from slurmkit.errors import SpecError
-from slurmkit.core.values import Choice, Distribution
 
+from slurmkit import render
+from slurmkit import spec as spec_mod
+from slurmkit.core.values import Choice, Distribution
+from slurmkit.errors import SpecError
 
 
 def test_good_spec_loads(spec_file):
@@ -24,15 +24,30 @@ def test_good_spec_loads(spec_file):
     assert s.params["wd"] == Distribution("loguniform", 1e-5, 1e-2)
     assert s.params["tag"] == "base"
     assert render.resource_options(s.resources) == [
-        "--partition=low", "--time=1:00:00", "--nodes=1", "--cpus-per-task=2",
-        "--gpus-per-node=1", "--mem=4G", "--exclusive", "--comment=run42"]
+        "--partition=low",
+        "--time=1:00:00",
+        "--nodes=1",
+        "--cpus-per-task=2",
+        "--gpus-per-node=1",
+        "--mem=4G",
+        "--exclusive",
+        "--comment=run42",
+    ]
     assert s.env == {"OMP_NUM_THREADS": "1"}
 
 
 def test_overrides_in_hydra_syntax(spec_file):
-    s = spec_mod.load(str(spec_file(GOOD)), [
-        "params.lr=0.5,0.05", "resources.time=2:00:00", "params.new=range(0,3)", "~params.tag",
-        "max_parallel=8", "params.optim.momentum=0.8"])
+    s = spec_mod.load(
+        str(spec_file(GOOD)),
+        [
+            "params.lr=0.5,0.05",
+            "resources.time=2:00:00",
+            "params.new=range(0,3)",
+            "~params.tag",
+            "max_parallel=8",
+            "params.optim.momentum=0.8",
+        ],
+    )
     assert s.params["lr"] == Choice((0.5, 0.05))
     assert s.params["new"] == Choice((0, 1, 2))
     assert "tag" not in s.params
@@ -65,12 +80,15 @@ def test_malformed_yaml(spec_file):
     assert info.value.file == str(path) and "malformed YAML" in str(info.value)
 
 
-@pytest.mark.parametrize("body,overrides", [
-    ("command: x\nparams: {a: [1, 2\n", []),
-    ("command: x\nparams: {a: [1]}\nwat: 1\n", []),
-    ("command: x\nparams: {a: [1]}\n", ["resources.time=yesterday"]),
-    ("command: x\nparams: {a: [1]}\n", ["params.a=(("]),
-])
+@pytest.mark.parametrize(
+    "body,overrides",
+    [
+        ("command: x\nparams: {a: [1, 2\n", []),
+        ("command: x\nparams: {a: [1]}\nwat: 1\n", []),
+        ("command: x\nparams: {a: [1]}\n", ["resources.time=yesterday"]),
+        ("command: x\nparams: {a: [1]}\n", ["params.a=(("]),
+    ],
+)
 def test_cli_bad_input_exit_2_no_traceback_nothing_left(tmp_path, spec_file, body, overrides):
     path = spec_file(body)
     out = tmp_path / "out"

@@ -18,21 +18,39 @@ def seen(file=None, slurm=None, same_job=False, owned=False, here=False) -> Seen
 # (the row that must decide, what it sees, the state it decides); one example per row, in order
 ROWS = [
     ("completed", seen(file="COMPLETED", slurm="RUNNING", same_job=True, owned=True), "COMPLETED"),
-    ("requeued by its own task", seen(file="REQUEUED", slurm="PENDING", same_job=True, owned=True),
-     "REQUEUED"),
-    ("running in its own task", seen(file="RUNNING", slurm="COMPLETING", same_job=True, owned=True),
-     "RUNNING"),
-    ("ended in its own task", seen(file="FAILED", slurm="COMPLETING", same_job=True, owned=True),
-     "FAILED"),
-    ("queued or running", seen(file="FAILED", slurm="PENDING", same_job=False, owned=True),
-     "PENDING"),
-    ("vanished, and the scheduler says", seen(file="RUNNING", slurm="NODE_FAIL", owned=True),
-     "NODE_FAIL"),
+    (
+        "requeued by its own task",
+        seen(file="REQUEUED", slurm="PENDING", same_job=True, owned=True),
+        "REQUEUED",
+    ),
+    (
+        "running in its own task",
+        seen(file="RUNNING", slurm="COMPLETING", same_job=True, owned=True),
+        "RUNNING",
+    ),
+    (
+        "ended in its own task",
+        seen(file="FAILED", slurm="COMPLETING", same_job=True, owned=True),
+        "FAILED",
+    ),
+    (
+        "queued or running",
+        seen(file="FAILED", slurm="PENDING", same_job=False, owned=True),
+        "PENDING",
+    ),
+    (
+        "vanished, and the scheduler says",
+        seen(file="RUNNING", slurm="NODE_FAIL", owned=True),
+        "NODE_FAIL",
+    ),
     ("vanished, with no scheduler task", seen(file="RUNNING"), "TERMINATED"),
     ("vanished, and the scheduler forgot", seen(file="REQUEUED", owned=True), "UNKNOWN"),
     ("ended: its record says how", seen(file="FAILED", slurm="FAILED", owned=True), "FAILED"),
-    ("never started, and the scheduler says", seen(slurm="CANCELLED by 0", owned=True),
-     "CANCELLED"),
+    (
+        "never started, and the scheduler says",
+        seen(slurm="CANCELLED by 0", owned=True),
+        "CANCELLED",
+    ),
     ("never started, and the scheduler forgot", seen(owned=True), "UNKNOWN"),
     ("about to start here", seen(here=True), "PENDING"),
     ("never submitted", seen(), "NOT_SUBMITTED"),
@@ -82,8 +100,12 @@ ROW = {"index": 3, "id": "abc123", "params": {"x": 1}}
 
 
 def test_merge_reads_attempts_and_the_live_task():
-    st = {"state": "RUNNING", "exit_code": None, "cause": None,
-          "attempts": [{"n": 1, "host": "n2", "array_job_id": "41", "array_task_id": "3"}]}
+    st = {
+        "state": "RUNNING",
+        "exit_code": None,
+        "cause": None,
+        "attempts": [{"n": 1, "host": "n2", "array_job_id": "41", "array_task_id": "3"}],
+    }
     t = status._merge(ROW, st, LiveTask("41_3", TaskState("RUNNING", "None"), False))
     assert (t.state, t.attempts, t.host, t.job, t.reason) == ("RUNNING", 1, "n2", "41_3", "")
 

@@ -83,18 +83,33 @@ torch.save({{"losses": losses, "params": model.state_dict(), "epoch": pos.epoch}
 """
 
 
-@pytest.mark.parametrize("workers,own_generator", [(0, False), (2, True)],
-                         ids=["global-rng,no-workers", "loader-generator,2-workers"])
-def test_resume_in_fresh_process_is_bit_exact(tmp_path: Path, workers: int,
-                                              own_generator: bool) -> None:
+@pytest.mark.parametrize(
+    "workers,own_generator",
+    [(0, False), (2, True)],
+    ids=["global-rng,no-workers", "loader-generator,2-workers"],
+)
+def test_resume_in_fresh_process_is_bit_exact(
+    tmp_path: Path, workers: int, own_generator: bool
+) -> None:
     script = tmp_path / "train.py"
     script.write_text(TRAIN.format(root=str(ROOT)))
 
     def train(mode: str) -> dict:
         out = tmp_path / f"{mode}.pt"
-        proc = subprocess.run([sys.executable, str(script), mode, str(tmp_path / "ckpt"),
-                               str(out), str(workers), str(int(own_generator))],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(script),
+                mode,
+                str(tmp_path / "ckpt"),
+                str(out),
+                str(workers),
+                str(int(own_generator)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         return torch.load(out)
 

@@ -16,7 +16,6 @@ from slurmkit import overrides
 from slurmkit.core import values
 from slurmkit.core.values import Choice, Distribution, OverrideError, format_value
 
-
 # --------------------------------------------------------------------------- #
 # The definitions being replaced: they run the whole parser.
 # --------------------------------------------------------------------------- #
@@ -49,8 +48,9 @@ def key_by_parser(key: Any) -> str:
 
 def format_by_parser(value: Any) -> str:
     """``format_value`` as it was: with the parser-based decisions."""
-    with mock.patch.object(values, "_is_bare", bare_by_parser), mock.patch.object(
-        values, "_format_key", key_by_parser
+    with (
+        mock.patch.object(values, "_is_bare", bare_by_parser),
+        mock.patch.object(values, "_format_key", key_by_parser),
     ):
         return format_value(value)
 
@@ -81,10 +81,61 @@ def typed(value: Any) -> Any:
 # --------------------------------------------------------------------------- #
 
 FRAGMENTS = [
-    "'", '"', "\\", "\\\\", ",", "[", "]", "{", "}", "(", ")", ":", "=", "$", "${", "${a}",
-    " ", "  ", "\t", "0", "1", "7", "_", "a", "Z", "x-y", ".", "-", "+", "e", "E", "e5",
-    "inf", "Inf", "nan", "true", "False", "null", "é", "日", "\n", "%", "*", "@", "?", "|",
-    "/", "#", "!", "~", "str", "choice", "sort", "int", "range",
+    "'",
+    '"',
+    "\\",
+    "\\\\",
+    ",",
+    "[",
+    "]",
+    "{",
+    "}",
+    "(",
+    ")",
+    ":",
+    "=",
+    "$",
+    "${",
+    "${a}",
+    " ",
+    "  ",
+    "\t",
+    "0",
+    "1",
+    "7",
+    "_",
+    "a",
+    "Z",
+    "x-y",
+    ".",
+    "-",
+    "+",
+    "e",
+    "E",
+    "e5",
+    "inf",
+    "Inf",
+    "nan",
+    "true",
+    "False",
+    "null",
+    "é",
+    "日",
+    "\n",
+    "%",
+    "*",
+    "@",
+    "?",
+    "|",
+    "/",
+    "#",
+    "!",
+    "~",
+    "str",
+    "choice",
+    "sort",
+    "int",
+    "range",
 ]
 CHARS = "'\"\\,[]{}():=$ \t019_aZ.-+eE%*@?|/#é\n"
 
@@ -99,21 +150,25 @@ writable_keys = st.text(alphabet="019_aZe.-+$%*@?|/ \t,:=[]{}()\\", max_size=6).
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), texts)
 nested = st.recursive(  # some keys cannot be written: format_value must raise as before
     scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.one_of(writable_keys, texts), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.one_of(writable_keys, texts), children, max_size=4)
+    ),
     max_leaves=12,
 )
 writable = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(writable_keys, children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(writable_keys, children, max_size=4)
+    ),
     max_leaves=12,
 )
 tops = st.one_of(
     nested,
     st.lists(nested, max_size=3).map(lambda items: Choice(tuple(items))),
-    st.tuples(st.sampled_from(["uniform", "loguniform", "randint"]), st.integers(), st.floats())
-    .map(lambda args: Distribution(*args)),
+    st.tuples(
+        st.sampled_from(["uniform", "loguniform", "randint"]), st.integers(), st.floats()
+    ).map(lambda args: Distribution(*args)),
 )
 
 
@@ -154,13 +209,40 @@ def test_format_value_round_trips(value: Any) -> None:
 @pytest.mark.parametrize(
     ("text", "bare"),
     [
-        ("abc", True), ("a b", True), ("a : ", True), ("${a.b}", True), ("${a,'b'}", True),
-        ("1 2", True), ("-", True), ("$", True), ("1x", True), ("infinity", True), ("a:b", True),
-        ("", False), (" a", False), ("a ", False), ("a\t", False), (" :", False), ("1", False),
-        ("-1.5e3", False), ("inf", False), ("NaN", False), ("True", False), ("null", False),
-        ("a\\", False), ("a\\,b", False), ("a,b", False), ("a=b", False), ("f(x)", False),
-        ("[1]", False), ("{a: 1}", False), ("'a'", False), ("a'b", False), ("é", False),
-        ("a\nb", False), ("${a", False),
+        ("abc", True),
+        ("a b", True),
+        ("a : ", True),
+        ("${a.b}", True),
+        ("${a,'b'}", True),
+        ("1 2", True),
+        ("-", True),
+        ("$", True),
+        ("1x", True),
+        ("infinity", True),
+        ("a:b", True),
+        ("", False),
+        (" a", False),
+        ("a ", False),
+        ("a\t", False),
+        (" :", False),
+        ("1", False),
+        ("-1.5e3", False),
+        ("inf", False),
+        ("NaN", False),
+        ("True", False),
+        ("null", False),
+        ("a\\", False),
+        ("a\\,b", False),
+        ("a,b", False),
+        ("a=b", False),
+        ("f(x)", False),
+        ("[1]", False),
+        ("{a: 1}", False),
+        ("'a'", False),
+        ("a'b", False),
+        ("é", False),
+        ("a\nb", False),
+        ("${a", False),
     ],
 )
 def test_is_bare_examples(text: str, bare: bool) -> None:
@@ -168,8 +250,9 @@ def test_is_bare_examples(text: str, bare: bool) -> None:
     assert bare_by_parser(text) is bare
 
 
-@pytest.mark.parametrize("key", ["", "1", "-2", "1e5", "inf", "true", "NULL", "é", "a'b", "'a'",
-                                 "a#b", "a\nb"])
+@pytest.mark.parametrize(
+    "key", ["", "1", "-2", "1e5", "inf", "true", "NULL", "é", "a'b", "'a'", "a#b", "a\nb"]
+)
 def test_unwritable_keys_raise_as_before(key: str) -> None:
     expected = f"dict key {key!r} cannot be written in override syntax"
     with pytest.raises(ValueError) as raised:
@@ -200,8 +283,10 @@ def test_strings_the_parser_chokes_on_are_quoted(text: str) -> None:
 
 
 def test_imports_only_core() -> None:
-    code = ("import slurmkit.core.values, sys; "
-            "print(sorted(m for m in sys.modules if m.startswith('slurmkit')))")
+    code = (
+        "import slurmkit.core.values, sys; "
+        "print(sorted(m for m in sys.modules if m.startswith('slurmkit')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["['slurmkit',", "'slurmkit.core',", "'slurmkit.core.values']"]
 

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 from omegaconf._utils import get_yaml_loader
+from spec_examples import BAD_INPUT, GOOD, JOB
 
 from slurmkit import spec as spec_mod
 from slurmkit.errors import SpecError
 from slurmkit.spec import layers, yamldata
-from spec_examples import BAD_INPUT, GOOD, JOB
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = sorted(str(p) for p in (ROOT / "sweeps").glob("*.yaml"))
@@ -23,7 +23,7 @@ USER_CONFIGS = {
     "none": None,
     "empty": "",
     "full": "resources: {partition: gpu, account: ml, time: '1:00:00'}\noutput_root: /shared/runs\n"
-            "profile: sunk\nenv: {NCCL_IB_HCA: mlx5}\ncontainer: {mounts: [/mnt/data]}\n",
+    "profile: sunk\nenv: {NCCL_IB_HCA: mlx5}\ncontainer: {mounts: [/mnt/data]}\n",
     "requeue": "requeue: {signal: USR1, budgets: {timeout: 5}}\nenv: {A: 1}\n",
     "bad-key": "partition: gpu\n",
     "list": "- a\n",
@@ -38,7 +38,8 @@ BODIES = [
     JOB,
     "command: x\nparams: {a: [1]}\n",
     "name: n\ncommand: [python, t.py, 3]\nparams:\n  a: 1e-5\n  b: [1_000, 0x1f, 0o17, .5, 1.]\n"
-    "  c: [yes, no, on, off, ~, null, 2001-12-14, '2001-12-14', 1:30, 1.5e3]\n  d: {e: {f: 'x,y'}}\n",
+    "  c: [yes, no, on, off, ~, null, 2001-12-14, '2001-12-14', 1:30, 1.5e3]\n"
+    "  d: {e: {f: 'x,y'}}\n",
     "command: x\nparams: {a: [1]}\nresources: &r {partition: low}\nenv: {A: 1, B: two, C: true}\n",
     "base: &b {partition: low, time: '1:00'}\ncommand: x\nparams: {a: [1]}\nresources:\n  <<: *b\n"
     "  partition: high\n",
@@ -68,7 +69,13 @@ BODIES = [
 
 OVERRIDES = [
     [],
-    ["resources.time=2:00:00", "max_parallel=3", "params.a=1,2", "~params.a", "params.b=range(0,4)"],
+    [
+        "resources.time=2:00:00",
+        "max_parallel=3",
+        "params.a=1,2",
+        "~params.a",
+        "params.b=range(0,4)",
+    ],
     ["resources.partition=gpu", "+resources.qos=high", "++env.X=1", "~resources.partition"],
     ["resources={partition: low, nodes: 2}", "env.Y=[1,2]", "name=${x}", "seed=???"],
     ["resources=5"],
@@ -89,8 +96,13 @@ def _outcome(fn, *args, **kwargs):
     try:
         return "ok", fn(*args, **kwargs)
     except Exception as exc:  # the same error: its type, message and named file and key
-        return "error", (type(exc), str(exc), getattr(exc, "file", None), getattr(exc, "key", None),
-                         getattr(exc, "hint", None))
+        return "error", (
+            type(exc),
+            str(exc),
+            getattr(exc, "file", None),
+            getattr(exc, "key", None),
+            getattr(exc, "hint", None),
+        )
 
 
 def _deep(value):
@@ -125,9 +137,16 @@ def _compare(path, overrides, monkeypatch):
     return data[0] == "ok" or data[1][0] is SpecError
 
 
-@pytest.mark.parametrize("user,overrides", [
-    (user, overrides) for user in USER_CONFIGS for n, overrides in enumerate(OVERRIDES)
-    if user in ("none", "full") or n < 2], ids=lambda o: "|".join(o) or "-" if isinstance(o, list) else o)
+@pytest.mark.parametrize(
+    "user,overrides",
+    [
+        (user, overrides)
+        for user in USER_CONFIGS
+        for n, overrides in enumerate(OVERRIDES)
+        if user in ("none", "full") or n < 2
+    ],
+    ids=lambda o: "|".join(o) or "-" if isinstance(o, list) else o,
+)
 def test_bodies_both_paths(tmp_path, monkeypatch, user, overrides):
     if USER_CONFIGS[user] is not None:
         (tmp_path / "config.yaml").write_text(USER_CONFIGS[user])
@@ -138,7 +157,7 @@ def test_bodies_both_paths(tmp_path, monkeypatch, user, overrides):
         _compare(str(path), overrides, monkeypatch)
 
 
-@pytest.mark.parametrize("path", SWEEPS + ["bad-table"])
+@pytest.mark.parametrize("path", [*SWEEPS, "bad-table"])
 def test_shipped_and_test_specs_take_the_data_path(tmp_path, monkeypatch, path):
     cases = [(path, [])] if path != "bad-table" else []
     for n, (body, overrides, *_) in enumerate(BAD_INPUT if path == "bad-table" else []):
@@ -154,11 +173,17 @@ def test_data_specs_do_not_import_omegaconf(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from slurmkit import spec, plan; s = spec.load(sys.argv[1], job=True); "
-            "plan.expand(s); assert 'omegaconf' not in sys.modules, 'omegaconf imported'")
+    code = (
+        "import sys; from slurmkit import spec, plan; s = spec.load(sys.argv[1], job=True); "
+        "plan.expand(s); assert 'omegaconf' not in sys.modules, 'omegaconf imported'"
+    )
     for path in SWEEPS:
-        proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
-                              env={"SLURMKIT_CONFIG": "/dev/null", "PATH": "/usr/bin:/bin"})
+        proc = subprocess.run(
+            [sys.executable, "-c", code, path],
+            capture_output=True,
+            text=True,
+            env={"SLURMKIT_CONFIG": "/dev/null", "PATH": "/usr/bin:/bin"},
+        )
         assert proc.returncode == 0, proc.stderr
 
 
@@ -167,10 +192,14 @@ def test_loader_is_omegaconfs():
     assert yamldata.Loader.yaml_implicit_resolvers == theirs.yaml_implicit_resolvers
     pathlib_tags = {t for t in theirs.yaml_constructors if "pathlib" in str(t)}
     assert len(pathlib_tags) == 3
-    assert {t: c for t, c in theirs.yaml_constructors.items() if t not in pathlib_tags} == \
-        yamldata.Loader.yaml_constructors
-    docs = ["a: 1e-5\nb: 1.5\nc: .inf\nd: 2001-12-14\ne: 1:20\nf: 0x10\ng: [on, y, ~]\n",
-            "a: {b: &x [1, {c: 2}], d: *x}\n", "a: !!set {x, y}\n"]
+    assert {
+        t: c for t, c in theirs.yaml_constructors.items() if t not in pathlib_tags
+    } == yamldata.Loader.yaml_constructors
+    docs = [
+        "a: 1e-5\nb: 1.5\nc: .inf\nd: 2001-12-14\ne: 1:20\nf: 0x10\ng: [on, y, ~]\n",
+        "a: {b: &x [1, {c: 2}], d: *x}\n",
+        "a: !!set {x, y}\n",
+    ]
     for doc in docs:
         assert yaml.load(doc, Loader=yamldata.Loader) == yaml.load(doc, Loader=theirs)
     with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key a"):
@@ -199,8 +228,14 @@ def test_merge_update_delete_match_omegaconf_on_random_trees():
     checked = 0
     for _ in range(3000):
         layers = [_tree(rng) for _ in range(rng.randint(1, 3))]
-        ops = [(rng.choice(["set", "del"]), ".".join(rng.choices("abcd", k=rng.randint(1, 3))),
-                _value(rng, 2)) for _ in range(rng.randint(0, 3))]
+        ops = [
+            (
+                rng.choice(["set", "del"]),
+                ".".join(rng.choices("abcd", k=rng.randint(1, 3))),
+                _value(rng, 2),
+            )
+            for _ in range(rng.randint(0, 3))
+        ]
         try:
             ours = yamldata.merge(*(yamldata.as_data(layer) for layer in layers))
             for op, key, value in ops:

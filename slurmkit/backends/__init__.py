@@ -12,7 +12,8 @@ the backends load on first use.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SchedulerError, UserError
 
@@ -20,15 +21,19 @@ if TYPE_CHECKING:
     from .base import Backend, LiveTask, Probe, Stopped
 
 # name -> "module:class"; "auto" picks the first whose probe answers, else the last
-REGISTRY = {"slurm": "slurmkit.backends.slurm:SlurmBackend",
-            "local": "slurmkit.backends.local:LocalBackend"}
+REGISTRY = {
+    "slurm": "slurmkit.backends.slurm:SlurmBackend",
+    "local": "slurmkit.backends.local:LocalBackend",
+}
 NAMES = ("auto", *REGISTRY)
+
 
 def backend_class(name: str) -> type[Backend]:
     """The class registered as ``name``, or a UserError naming the allowed ones."""
     if name not in REGISTRY:
-        raise UserError(f"unknown backend {name!r}", key="--backend",
-                        hint=f"allowed values: {', '.join(NAMES)}")
+        raise UserError(
+            f"unknown backend {name!r}", key="--backend", hint=f"allowed values: {', '.join(NAMES)}"
+        )
     module, _, attr = REGISTRY[name].partition(":")
     cls: type[Backend] = getattr(importlib.import_module(module), attr)
     return cls
@@ -46,8 +51,11 @@ class Choosing:
 
     def __init__(self, name: str) -> None:
         if name not in NAMES:
-            raise UserError(f"unknown backend {name!r}", key="--backend",
-                            hint=f"allowed values: {', '.join(NAMES)}")
+            raise UserError(
+                f"unknown backend {name!r}",
+                key="--backend",
+                hint=f"allowed values: {', '.join(NAMES)}",
+            )
         self.auto = name == "auto"
         self.probe: Probe | None = None
         self.error: SchedulerError | None = None  # raised by result(), after the spec's errors
@@ -96,8 +104,9 @@ def for_resume(records: Sequence[dict[str, Any]]) -> str:
     return last if last in REGISTRY and backend_class(last).sticky else "auto"
 
 
-def live_tasks(records: Sequence[dict[str, Any]],
-               ask: Callable[[int], bool]) -> dict[int, LiveTask]:
+def live_tasks(
+    records: Sequence[dict[str, Any]], ask: Callable[[int], bool]
+) -> dict[int, LiveTask]:
     """Every submitted trial's :class:`LiveTask`, from its latest submission's backend: one
     query per backend that has records, about the trials for which ``ask(index)`` is true."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -116,8 +125,9 @@ def live_tasks(records: Sequence[dict[str, Any]],
     return out
 
 
-def cancel_all(records: Sequence[dict[str, Any]], live_jobs: set[str],
-               dry_run: bool) -> dict[str, list[Stopped]]:
+def cancel_all(
+    records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
+) -> dict[str, list[Stopped]]:
     """What every backend with records stopped, by its ``cancel_key`` (every registered key is
     there, empty when nothing of its kind ran)."""
     out: dict[str, list[Stopped]] = {backend_class(n).cancel_key: [] for n in REGISTRY}

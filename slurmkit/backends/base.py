@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE
 
@@ -20,7 +21,7 @@ Progress = Callable[["TrialRun", int], None]  # called as each trial that runs h
 class TaskState(NamedTuple):
     """What the scheduler says about one task."""
 
-    state: str          # Slurm's state word, e.g. PENDING, RUNNING, COMPLETED, CANCELLED
+    state: str  # Slurm's state word, e.g. PENDING, RUNNING, COMPLETED, CANCELLED
     reason: str = ""
     exit_code: int | None = None
 
@@ -53,7 +54,7 @@ class Submission:
     backend: str
     trials: int
     indices: list[int]
-    scripts: list[str] = field(default_factory=list)      # rendered script texts
+    scripts: list[str] = field(default_factory=list)  # rendered script texts
     jobs: list[dict[str, Any]] = field(default_factory=list)
     exit_codes: dict[int, int] = field(default_factory=dict)  # trials that ran here
     note: str = ""
@@ -86,15 +87,15 @@ class Backend(ABC):
     :func:`get` (unprobed: reading and cancelling what records say needs no probe)."""
 
     name: ClassVar[str]
-    needs: ClassVar[str]         # what it needs to be chosen, in words
-    where: ClassVar[str]         # where its trials run, in words ("on this machine")
-    cancel_key: ClassVar[str]    # the --json key of what cancel stops
-    runs_here: ClassVar[bool]    # trials run (and end) within the submit call
-    sticky: ClassVar[bool]       # a resume without --backend comes back here (else: auto)
+    needs: ClassVar[str]  # what it needs to be chosen, in words
+    where: ClassVar[str]  # where its trials run, in words ("on this machine")
+    cancel_key: ClassVar[str]  # the --json key of what cancel stops
+    runs_here: ClassVar[bool]  # trials run (and end) within the submit call
+    sticky: ClassVar[bool]  # a resume without --backend comes back here (else: auto)
 
     def __init__(self, *, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, note: str = "") -> None:
         self.max_array_size = max_array_size  # array task ids stay below it
-        self.note = note                      # why it was chosen, for people
+        self.note = note  # why it was chosen, for people
 
     @classmethod
     def absent(cls) -> str:
@@ -106,12 +107,18 @@ class Backend(ABC):
         """Start asking whether it can run trials now (SchedulerError when it cannot even ask)."""
         return Probe(cls())
 
-    def check(self, spec: SweepSpec) -> None:
+    def check(self, spec: SweepSpec) -> None:  # noqa: B027 - most backends run any spec
         """Raise UserError when it cannot run ``spec``'s trials (before anything is created)."""
 
     @abstractmethod
-    def submit(self, sweep: SweepDir, plan: Plan, indices: list[int],
-               scripts: Sequence[tuple[Chunk, str]], on_done: Progress | None) -> Submission:
+    def submit(
+        self,
+        sweep: SweepDir,
+        plan: Plan,
+        indices: list[int],
+        scripts: Sequence[tuple[Chunk, str]],
+        on_done: Progress | None,
+    ) -> Submission:
         """Submit trials ``indices`` of ``plan`` (``scripts``: the rendered script of each
         chunk), record the submission in the sweep directory, and say what was done."""
 
@@ -120,14 +127,16 @@ class Backend(ABC):
         """The trial indices that one of its submission records submitted."""
 
     @abstractmethod
-    def live(self, records: Sequence[dict[str, Any]], owned: set[int],
-             ask: set[int]) -> dict[int, LiveTask]:
+    def live(
+        self, records: Sequence[dict[str, Any]], owned: set[int], ask: set[int]
+    ) -> dict[int, LiveTask]:
         """``{index: LiveTask}`` for the ``owned`` trials (whose latest submission is among its
         ``records``, oldest first), from ONE query that asks about the ``ask`` trials only."""
 
     @abstractmethod
-    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
-               dry_run: bool) -> list[Stopped]:
+    def cancel(
+        self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
+    ) -> list[Stopped]:
         """Stop what still runs or waits for the sweep (``live_jobs``: the
         :attr:`LiveTask.job` of its trials that are queued or running). Returns what was (or,
         with ``dry_run``, would be) stopped."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..core.arrays import compress, expand_array_spec
@@ -35,34 +36,51 @@ class LocalBackend(Backend):
 
     def check(self, spec: SweepSpec) -> None:
         if spec.container is not None:
-            raise UserError("container trials need Slurm with pyxis; the local backend runs none",
-                            key="--backend", hint="submit from a login node of the cluster")
+            raise UserError(
+                "container trials need Slurm with pyxis; the local backend runs none",
+                key="--backend",
+                hint="submit from a login node of the cluster",
+            )
 
-    def submit(self, sweep: SweepDir, plan: Plan, indices: list[int],
-               scripts: Sequence[tuple[Chunk, str]], on_done: Progress | None) -> Submission:
-        store.record_submission(sweep, {"backend": self.name, "pid": os.getpid(),
-                                        "indices": compress(indices)})
-        result = Submission(sweep.root, self.name, plan.total, indices, note=self.note,
-                            ran_here=True)
-        result.exit_codes = run(sweep, indices, max_parallel=plan.spec.max_parallel,
-                                on_done=on_done)
+    def submit(
+        self,
+        sweep: SweepDir,
+        plan: Plan,
+        indices: list[int],
+        scripts: Sequence[tuple[Chunk, str]],
+        on_done: Progress | None,
+    ) -> Submission:
+        store.record_submission(
+            sweep, {"backend": self.name, "pid": os.getpid(), "indices": compress(indices)}
+        )
+        result = Submission(
+            sweep.root, self.name, plan.total, indices, note=self.note, ran_here=True
+        )
+        result.exit_codes = run(
+            sweep, indices, max_parallel=plan.spec.max_parallel, on_done=on_done
+        )
         return result
 
     def indices(self, record: dict[str, Any]) -> list[int]:
         return expand_array_spec(record["indices"]) if record.get("indices") else []
 
-    def live(self, records: Sequence[dict[str, Any]], owned: set[int],
-             ask: set[int]) -> dict[int, LiveTask]:
+    def live(
+        self, records: Sequence[dict[str, Any]], owned: set[int], ask: set[int]
+    ) -> dict[int, LiveTask]:
         alive: dict[int, bool] = {}
         for record in records:
             here = pid_alive(record.get("pid"))
             alive.update((i, here) for i in self.indices(record))
         return {i: LiveTask(None, None, here) for i, here in alive.items() if i in owned}
 
-    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
-               dry_run: bool) -> list[Stopped]:
-        pids = [r["pid"] for r in records
-                if r.get("pid") and r["pid"] != os.getpid() and pid_alive(r["pid"])]
+    def cancel(
+        self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
+    ) -> list[Stopped]:
+        pids = [
+            r["pid"]
+            for r in records
+            if r.get("pid") and r["pid"] != os.getpid() and pid_alive(r["pid"])
+        ]
         if not dry_run:
             for pid in pids:
                 try:
@@ -87,8 +105,13 @@ def default_parallel() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def run(sweep: SweepDir, indices: Sequence[int], *, max_parallel: int | None = None,
-        on_done: Progress | None = None) -> dict[int, int]:
+def run(
+    sweep: SweepDir,
+    indices: Sequence[int],
+    *,
+    max_parallel: int | None = None,
+    on_done: Progress | None = None,
+) -> dict[int, int]:
     """Run the given trials; return ``{index: exit_code}``. Ctrl-C or SIGTERM stops them all."""
     config = read_json(sweep.sweep_json)
     rows = {row["index"]: row for row in sweep.iter_manifest()}
@@ -154,4 +177,3 @@ def run(sweep: SweepDir, indices: Sequence[int], *, max_parallel: int | None = N
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return codes
-

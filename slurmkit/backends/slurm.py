@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
@@ -42,26 +43,43 @@ class SlurmBackend(Backend):
 
     def check(self, spec: SweepSpec) -> None:
         if spec.container is not None and not has_pyxis():
-            raise UserError("this cluster has no pyxis: srun does not know --container-image",
-                            file=spec.source, key="container",
-                            hint="pyxis (NVIDIA's SPANK plugin for enroot) must be installed on "
-                                 "the cluster, or leave out the container block")
+            raise UserError(
+                "this cluster has no pyxis: srun does not know --container-image",
+                file=spec.source,
+                key="container",
+                hint="pyxis (NVIDIA's SPANK plugin for enroot) must be installed on "
+                "the cluster, or leave out the container block",
+            )
 
-    def submit(self, sweep: SweepDir, plan: Plan, indices: list[int],
-               scripts: Sequence[tuple[Chunk, str]], on_done: Progress | None) -> Submission:
+    def submit(
+        self,
+        sweep: SweepDir,
+        plan: Plan,
+        indices: list[int],
+        scripts: Sequence[tuple[Chunk, str]],
+        on_done: Progress | None,
+    ) -> Submission:
         """One ``sbatch`` per chunk; on a refusal, the arrays already submitted are cancelled
         and the submission record is removed."""
         result = Submission(sweep.root, self.name, plan.total, indices, note=self.note)
-        number = store.record_submission(sweep, {"backend": self.name, "state": "submitting",
-                                                 "jobs": []})
+        number = store.record_submission(
+            sweep, {"backend": self.name, "state": "submitting", "jobs": []}
+        )
         jobs: list[dict[str, Any]] = []
         try:
             for c, (chunk, text) in enumerate(scripts):
                 path = store.write_script(sweep, number, c, text)
-                dependency = f"afterany:{jobs[-1]['job_id']}" if jobs and plan.spec.max_parallel \
-                    else None
-                jobs.append({"job_id": sbatch(path, dependency=dependency), "offset": chunk.offset,
-                             "array": chunk.array_spec(), "script": path})
+                dependency = (
+                    f"afterany:{jobs[-1]['job_id']}" if jobs and plan.spec.max_parallel else None
+                )
+                jobs.append(
+                    {
+                        "job_id": sbatch(path, dependency=dependency),
+                        "offset": chunk.offset,
+                        "array": chunk.array_spec(),
+                        "script": path,
+                    }
+                )
                 result.scripts.append(text)
         except UserError:
             if jobs:
@@ -73,11 +91,15 @@ class SlurmBackend(Backend):
         return result
 
     def indices(self, record: dict[str, Any]) -> list[int]:
-        return [job["offset"] + task for job in record.get("jobs", [])
-                for task in expand_array_spec(job["array"])]
+        return [
+            job["offset"] + task
+            for job in record.get("jobs", [])
+            for task in expand_array_spec(job["array"])
+        ]
 
-    def live(self, records: Sequence[dict[str, Any]], owned: set[int],
-             ask: set[int]) -> dict[int, LiveTask]:
+    def live(
+        self, records: Sequence[dict[str, Any]], owned: set[int], ask: set[int]
+    ) -> dict[int, LiveTask]:
         tasks: dict[int, tuple[str, int]] = {}
         for record in records:
             for job in record.get("jobs", []):
@@ -85,11 +107,15 @@ class SlurmBackend(Backend):
                     tasks[job["offset"] + task] = (job["job_id"], task)
         jobs = {tasks[i][0] for i in ask if i in tasks}
         answer = query(jobs) if jobs and available() else {}
-        return {i: LiveTask(f"{job}_{task}", answer.get((job, task)), False)
-                for i, (job, task) in tasks.items() if i in owned}
+        return {
+            i: LiveTask(f"{job}_{task}", answer.get((job, task)), False)
+            for i, (job, task) in tasks.items()
+            if i in owned
+        }
 
-    def cancel(self, records: Sequence[dict[str, Any]], live_jobs: set[str],
-               dry_run: bool) -> list[Stopped]:
+    def cancel(
+        self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
+    ) -> list[Stopped]:
         ours = {job["job_id"] for record in records for job in record.get("jobs", [])}
         arrays = sorted({job.split("_")[0] for job in live_jobs} & ours)
         if not dry_run:
@@ -125,11 +151,14 @@ class Command:
     def __init__(self, argv: Sequence[str], timeout: float = 60) -> None:
         self.argv, self.timeout = list(argv), timeout
         try:
-            self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         except FileNotFoundError:
-            raise SchedulerError(f"{argv[0]} not found on PATH",
-                                 hint="run on a Slurm login node, or use --backend local") from None
+            raise SchedulerError(
+                f"{argv[0]} not found on PATH",
+                hint="run on a Slurm login node, or use --backend local",
+            ) from None
 
     def wait(self) -> subprocess.CompletedProcess[str]:
         """Its output; SchedulerError when it does not finish within the timeout."""
@@ -137,8 +166,10 @@ class Command:
             out, err = self.proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise SchedulerError(f"{self.argv[0]} did not answer within {self.timeout:.0f} s",
-                                 hint="is slurmctld up? try: scontrol ping") from None
+            raise SchedulerError(
+                f"{self.argv[0]} did not answer within {self.timeout:.0f} s",
+                hint="is slurmctld up? try: scontrol ping",
+            ) from None
         return subprocess.CompletedProcess(self.argv, self.proc.returncode, out, err)
 
     def kill(self) -> None:
@@ -165,8 +196,10 @@ def read_config(command: Command) -> dict[str, str]:
     """The answer of :func:`start_config` as a dict."""
     proc = command.wait()
     if proc.returncode != 0:
-        raise SchedulerError(f"no Slurm controller answered ({_first(proc.stderr)[:80]})",
-                             hint="check SLURM_CONF and `scontrol ping`, or use --backend local")
+        raise SchedulerError(
+            f"no Slurm controller answered ({_first(proc.stderr)[:80]})",
+            hint="check SLURM_CONF and `scontrol ping`, or use --backend local",
+        )
     out = {}
     for line in proc.stdout.splitlines():
         key, sep, value = line.partition("=")
@@ -204,8 +237,11 @@ def sbatch(script: str, *, dependency: str | None = None) -> str:
         message = _first(proc.stderr, all_lines=True) or f"sbatch exited {proc.returncode}"
         if "partition" in message.lower():
             names = partitions()
-            err = UserError(f"Slurm refused the job: {message}", key="resources.partition",
-                            hint=f"partitions on this cluster: {', '.join(names) or '(none found)'}")
+            err = UserError(
+                f"Slurm refused the job: {message}",
+                key="resources.partition",
+                hint=f"partitions on this cluster: {', '.join(names) or '(none found)'}",
+            )
         else:
             err = SchedulerError(f"Slurm refused the job: {message}")
         raise err
@@ -222,12 +258,14 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
     if not ids:
         return {}
     # Without --array: squeue 22.05 drops tasks when it expands a pending "1-19:2" record.
-    proc = _run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
-                 "--format=%F|%K|%T|%r"])
+    proc = _run(
+        ["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}", "--format=%F|%K|%T|%r"]
+    )
     out: dict[tuple[str, int], TaskState] = {}
     if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
-        raise SchedulerError(f"squeue failed: {_first(proc.stderr)}",
-                             hint="is slurmctld up? try: scontrol ping")
+        raise SchedulerError(
+            f"squeue failed: {_first(proc.stderr)}", hint="is slurmctld up? try: scontrol ping"
+        )
     if proc.returncode == 0:
         for line in proc.stdout.splitlines():
             parts = line.strip().split("|")
@@ -244,8 +282,16 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
 def _sacct(ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
     if not available("sacct"):
         return {}
-    proc = _run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(ids)}",
-                 "--format=JobID,State,ExitCode"])
+    proc = _run(
+        [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            f"--jobs={','.join(ids)}",
+            "--format=JobID,State,ExitCode",
+        ]
+    )
     out: dict[tuple[str, int], TaskState] = {}
     if proc.returncode != 0:
         return out

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
+from itertools import pairwise
 
 # Slurm's default MaxArraySize: array task ids stay below it.
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -16,8 +17,9 @@ def compress(indices: Iterable[int]) -> str:
     if ordered[-1] - ordered[0] == len(ordered) - 1:  # one run: the common case
         runs = [(ordered[0], ordered[-1])]
     else:
-        starts = [ordered[0]] + [b for a, b in zip(ordered, ordered[1:]) if b != a + 1]
-        ends = [a for a, b in zip(ordered, ordered[1:]) if b != a + 1] + [ordered[-1]]
+        breaks = [(a, b) for a, b in pairwise(ordered) if b != a + 1]
+        starts = [ordered[0], *(b for _, b in breaks)]
+        ends = [*(a for a, _ in breaks), ordered[-1]]
         runs = list(zip(starts, ends))
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
 

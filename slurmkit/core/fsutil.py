@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -27,8 +28,11 @@ def make_temp_dir(directory: str, prefix: str) -> str:
 
 def atomic_write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a mix."""
-    tmp, fd = _unique(os.path.dirname(path) or ".", ".tmp-",
-                      lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    tmp, fd = _unique(
+        os.path.dirname(path) or ".",
+        ".tmp-",
+        lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+    )
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -46,7 +50,9 @@ def atomic_write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
 
 def atomic_write_json(path: str, obj: Any, *, fsync: bool = True) -> None:
     """Atomically write ``obj`` as pretty JSON."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), fsync=fsync)
+    atomic_write_bytes(
+        path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), fsync=fsync
+    )
 
 
 def read_json(path: str, default: Any = None) -> Any:

@@ -13,5 +13,9 @@ PROFILES: dict[str, dict[str, str]] = {
         "OMPI_MCA_coll_hcoll_enable": "0",
     },
 }
-PROFILES["sunk-gb200"] = {**PROFILES["sunk"], "NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1",
-                          "NVIDIA_IMEX_CHANNELS": "0"}
+PROFILES["sunk-gb200"] = {
+    **PROFILES["sunk"],
+    "NCCL_MNNVL_ENABLE": "1",
+    "NCCL_CUMEM_ENABLE": "1",
+    "NVIDIA_IMEX_CHANNELS": "0",
+}

@@ -10,7 +10,8 @@ rendered script's comments).
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 PORT_BASE = 10000
 PORT_SPAN = 50000
@@ -36,15 +37,21 @@ def first_host(nodelist: str) -> str:
 def rendezvous(env: Mapping[str, str]) -> dict[str, str]:
     """MASTER_ADDR (the allocation's first node) and MASTER_PORT (from the job id), unless set."""
     job = env.get("SLURM_JOB_ID", "0")
-    return {"MASTER_ADDR": env.get("MASTER_ADDR")
-            or first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
-            "MASTER_PORT": env.get("MASTER_PORT") or str(job_port(job))}
+    return {
+        "MASTER_ADDR": env.get("MASTER_ADDR")
+        or first_host(env.get("SLURM_JOB_NODELIST", "localhost")),
+        "MASTER_PORT": env.get("MASTER_PORT") or str(job_port(job)),
+    }
 
 
 def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     """The argv prefix with the launcher's tokens replaced (only in our own launcher part)."""
-    values = {"{master_addr}": env["MASTER_ADDR"], "{master_port}": env["MASTER_PORT"],
-              "{nnodes}": env.get("SLURM_NNODES", "1"), "{job_id}": env.get("SLURM_JOB_ID", "0")}
+    values = {
+        "{master_addr}": env["MASTER_ADDR"],
+        "{master_port}": env["MASTER_PORT"],
+        "{nnodes}": env.get("SLURM_NNODES", "1"),
+        "{job_id}": env.get("SLURM_JOB_ID", "0"),
+    }
     launcher = []
     for arg in launch.get("launcher", []):
         for token, value in values.items():

@@ -30,4 +30,3 @@ def parse_seconds(text: str) -> int | None:
                 raise ValueError(f"time limit {text!r} is zero")
             return seconds
     raise ValueError(f"{text!r} is not a Slurm time ({ACCEPTED})")
-

@@ -5,21 +5,33 @@ Every trial state name and every set of them is defined here; other modules use 
 
 from __future__ import annotations
 
-PENDING = "PENDING"            # submitted, not started
+PENDING = "PENDING"  # submitted, not started
 RUNNING = "RUNNING"
-COMPLETED = "COMPLETED"        # the command exited 0
-FAILED = "FAILED"              # the command exited non-zero
-TERMINATED = "TERMINATED"      # stopped by a signal (cancel, time limit, preemption, node loss)
+COMPLETED = "COMPLETED"  # the command exited 0
+FAILED = "FAILED"  # the command exited non-zero
+TERMINATED = "TERMINATED"  # stopped by a signal (cancel, time limit, preemption, node loss)
 CANCELLED = "CANCELLED"
 TIMEOUT = "TIMEOUT"
 PREEMPTED = "PREEMPTED"
 NODE_FAIL = "NODE_FAIL"
 REQUEUED = "REQUEUED"
-UNKNOWN = "UNKNOWN"            # submitted, but the scheduler no longer knows it and it left no status
+UNKNOWN = "UNKNOWN"  # submitted, but the scheduler no longer knows it and it left no status
 NOT_SUBMITTED = "NOT_SUBMITTED"
 
-ORDER = (COMPLETED, RUNNING, PENDING, REQUEUED, FAILED, TIMEOUT, CANCELLED, PREEMPTED, NODE_FAIL,
-         TERMINATED, UNKNOWN, NOT_SUBMITTED)
+ORDER = (
+    COMPLETED,
+    RUNNING,
+    PENDING,
+    REQUEUED,
+    FAILED,
+    TIMEOUT,
+    CANCELLED,
+    PREEMPTED,
+    NODE_FAIL,
+    TERMINATED,
+    UNKNOWN,
+    NOT_SUBMITTED,
+)
 FINAL = {COMPLETED, FAILED, TERMINATED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, UNKNOWN}
 SUCCESS = {COMPLETED}
 UNSUCCESSFUL = FINAL - SUCCESS  # `slurmkit status` exits 1 when a trial is in one of these
@@ -29,15 +41,36 @@ ACTIVE = {PENDING, RUNNING, REQUEUED}  # still queued or running: not to be subm
 # CANCELLED, COMPLETED, FAILED and PENDING are Slurm's words for the trial states of those names.
 SLURM_PENDING = PENDING
 # ... that mean "still in the scheduler's hands"
-SLURM_ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
-                "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+SLURM_ACTIVE = {
+    "PENDING",
+    "RUNNING",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+}
 # ... of which these are waiting to start (again)
 SLURM_WAITING = (SLURM_PENDING, "REQUEUE")
 _SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"}
-_SLURM_FINAL = {"COMPLETED": COMPLETED, "FAILED": FAILED, "CANCELLED": CANCELLED,
-                "TIMEOUT": TIMEOUT, "PREEMPTED": PREEMPTED, "NODE_FAIL": NODE_FAIL,
-                "OUT_OF_MEMORY": FAILED, "BOOT_FAIL": FAILED, "DEADLINE": CANCELLED,
-                "REVOKED": CANCELLED, "SPECIAL_EXIT": FAILED}
+_SLURM_FINAL = {
+    "COMPLETED": COMPLETED,
+    "FAILED": FAILED,
+    "CANCELLED": CANCELLED,
+    "TIMEOUT": TIMEOUT,
+    "PREEMPTED": PREEMPTED,
+    "NODE_FAIL": NODE_FAIL,
+    "OUT_OF_MEMORY": FAILED,
+    "BOOT_FAIL": FAILED,
+    "DEADLINE": CANCELLED,
+    "REVOKED": CANCELLED,
+    "SPECIAL_EXIT": FAILED,
+}
 
 
 def from_slurm(state: str) -> str:

@@ -20,8 +20,10 @@ def _task(args: argparse.Namespace) -> int:
     root = os.environ.get("SLURMKIT_SWEEP_DIR")
     task_id = os.environ.get("SLURM_ARRAY_TASK_ID")
     if not root or task_id is None:
-        print("slurmkit.runtime: SLURMKIT_SWEEP_DIR and SLURM_ARRAY_TASK_ID must be set",
-              file=sys.stderr)
+        print(
+            "slurmkit.runtime: SLURMKIT_SWEEP_DIR and SLURM_ARRAY_TASK_ID must be set",
+            file=sys.stderr,
+        )
         return 2
     sweep = SweepDir(os.path.abspath(root))
     index = args.offset + int(task_id)
@@ -33,8 +35,7 @@ def _task(args: argparse.Namespace) -> int:
     if run.already_completed():
         print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
         return 0
-    stop_signals = {signal.SIGTERM, signal.SIGINT,
-                    getattr(signal, "SIG" + run.requeue_signal)}
+    stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.requeue_signal)}
     for signum in stop_signals:
         signal.signal(signum, lambda s, _f: run.terminate(s))
     run.start()

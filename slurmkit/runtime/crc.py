@@ -11,9 +11,9 @@ import functools
 import os
 import zlib
 from collections import deque
+from collections.abc import Iterable
 from concurrent.futures import Executor, Future
 from io import BufferedIOBase, RawIOBase
-from typing import Iterable
 
 PIECE = 16 << 20  # bytes per parallel piece
 _POLY = 0xEDB88320  # CRC-32, reflected
@@ -69,7 +69,7 @@ def crc32(view: memoryview, crc: int = 0, pool: Executor | None = None) -> int:
     """``zlib.crc32(view, crc)``, with ``view``'s pieces summed on ``pool``'s threads."""
     if pool is None or len(view) < 2 * PIECE:
         return zlib.crc32(view, crc)
-    pieces = [view[i:i + PIECE] for i in range(0, len(view), PIECE)]
+    pieces = [view[i : i + PIECE] for i in range(0, len(view), PIECE)]
     return join(crc, zip(pool.map(zlib.crc32, pieces), map(len, pieces)))
 
 
@@ -80,7 +80,9 @@ def join(crc: int, parts: Iterable[tuple[int, int]]) -> int:
     return crc
 
 
-def of_stream(fh: BufferedIOBase | RawIOBase, pool: Executor | None = None, window: int = 8) -> tuple[int, int]:
+def of_stream(
+    fh: BufferedIOBase | RawIOBase, pool: Executor | None = None, window: int = 8
+) -> tuple[int, int]:
     """``(size, crc32)`` of what ``fh`` reads, pieces summed on ``pool`` (at most ``window``
     pieces in memory)."""
     size, crc = 0, 0

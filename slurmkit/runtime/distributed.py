@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping
 
 from ..core.rendezvous import first_host, job_port
 
@@ -80,8 +80,9 @@ def rank_info(env: Mapping[str, str], gpus: int = 0) -> RankInfo:
     if env.get("RANK") and env.get("WORLD_SIZE"):
         rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
         local_rank = _int(env, "LOCAL_RANK", default=0)
-        local_world = _int(env, "LOCAL_WORLD_SIZE",
-                           default=per_node[node] if node < len(per_node) else world)
+        local_world = _int(
+            env, "LOCAL_WORLD_SIZE", default=per_node[node] if node < len(per_node) else world
+        )
         node = _int(env, "GROUP_RANK", default=node)
     elif slurm_step:
         rank, local_rank = _int(env, "SLURM_PROCID"), _int(env, "SLURM_LOCALID")
@@ -98,9 +99,16 @@ def rank_info(env: Mapping[str, str], gpus: int = 0) -> RankInfo:
         job = env.get("SLURM_JOB_ID")
         port = job_port(job) if slurm_step and job else DEFAULT_PORT
     device = f"cuda:{local_rank % gpus}" if gpus else "cpu"
-    return RankInfo(rank=rank, local_rank=local_rank, world_size=world,
-                    local_world_size=local_world, node_rank=node, master_addr=addr,
-                    master_port=port, device=device)
+    return RankInfo(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        node_rank=node,
+        master_addr=addr,
+        master_port=port,
+        device=device,
+    )
 
 
 def init(backend: str | None = None, timeout: float = 600.0) -> RankInfo:
@@ -126,11 +134,20 @@ def init(backend: str | None = None, timeout: float = 600.0) -> RankInfo:
     if "OMP_NUM_THREADS" not in os.environ and info.local_world_size > 1:
         torch.set_num_threads(_int(os.environ, "SLURM_CPUS_PER_TASK", default=1))
     backend = backend or ("nccl" if gpus else "gloo")
-    os.environ.update(RANK=str(info.rank), WORLD_SIZE=str(info.world_size),
-                      LOCAL_RANK=str(info.local_rank), LOCAL_WORLD_SIZE=str(info.local_world_size),
-                      MASTER_ADDR=info.master_addr, MASTER_PORT=str(info.master_port))
-    options: dict = {"backend": backend, "rank": info.rank, "world_size": info.world_size,
-                     "timeout": timedelta(seconds=timeout)}
+    os.environ.update(
+        RANK=str(info.rank),
+        WORLD_SIZE=str(info.world_size),
+        LOCAL_RANK=str(info.local_rank),
+        LOCAL_WORLD_SIZE=str(info.local_world_size),
+        MASTER_ADDR=info.master_addr,
+        MASTER_PORT=str(info.master_port),
+    )
+    options: dict = {
+        "backend": backend,
+        "rank": info.rank,
+        "world_size": info.world_size,
+        "timeout": timedelta(seconds=timeout),
+    }
     if info.world_size == 1:
         options["store"] = dist.HashStore()
     else:

@@ -31,12 +31,14 @@ def _memory_cgroups(proc: str, cgroups: str) -> list[tuple[str, str, str]]:
         return []
     out = []
     for line in lines:
-        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
         if hierarchy == "0" and controllers == "":
             base, files = cgroups, ("memory.max", "memory.current")
         elif "memory" in controllers.split(","):
-            base, files = os.path.join(cgroups, "memory"), ("memory.limit_in_bytes",
-                                                            "memory.usage_in_bytes")
+            base, files = (
+                os.path.join(cgroups, "memory"),
+                ("memory.limit_in_bytes", "memory.usage_in_bytes"),
+            )
         else:
             continue
         parts = [p for p in path.split("/") if p]

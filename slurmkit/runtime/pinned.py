@@ -61,12 +61,15 @@ def lock(buffers: list[HostBuffer]) -> None:
     import torch
 
     device = torch.cuda.current_device()
-    pieces = [b.tensor[i:i + _CHUNK] for b in todo for i in range(0, b.nbytes, _CHUNK)]
+    pieces = [b.tensor[i : i + _CHUNK] for b in todo for i in range(0, b.nbytes, _CHUNK)]
     with ThreadPoolExecutor(crc.threads(), thread_name_prefix="slurmkit-pin") as pool:
         list(pool.map(torch.Tensor.zero_, pieces))  # the page faults, in parallel
         errors = list(pool.map(lambda b: b._register(device), todo))
     failed = [e for e in errors if e]
     if failed:
-        warnings.warn(f"cudaHostRegister failed (CUDA error {failed[0]}) for {len(failed)} "
-                      "snapshot buffer(s): their copies from the GPU block", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"cudaHostRegister failed (CUDA error {failed[0]}) for {len(failed)} "
+            "snapshot buffer(s): their copies from the GPU block",
+            RuntimeWarning,
+            stacklevel=3,
+        )

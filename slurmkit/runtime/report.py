@@ -28,8 +28,9 @@ def _to_number(value: Any) -> Any:
     raise TypeError(f"metric value {value!r} is not JSON-serializable")
 
 
-def report(metrics: dict[str, Any] | None = None, /, *, step: int | None = None,
-           **more: Any) -> None:
+def report(
+    metrics: dict[str, Any] | None = None, /, *, step: int | None = None, **more: Any
+) -> None:
     """Record metrics: ``metrics.json`` keeps the latest value of each, ``metrics.jsonl`` all.
 
     ``report(loss=0.1, acc=0.9, step=100)``. Outside a trial, prints one JSON line instead.

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from ..core import slurmtime, states
 from ..core.contract import REQUEUE_EXIT
@@ -33,8 +34,9 @@ class Outcome:
 
 def _show(kind: str, name: str) -> dict[str, str]:
     try:
-        proc = subprocess.run(["scontrol", "show", kind, "-o", name], capture_output=True,
-                              text=True, timeout=20)
+        proc = subprocess.run(
+            ["scontrol", "show", kind, "-o", name], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     line = proc.stdout.splitlines()[0] if proc.returncode == 0 and proc.stdout else ""
@@ -65,8 +67,14 @@ def _seconds(text: str) -> int | None:
         return None
 
 
-def classify(signals: Sequence[str], requeue_signal: str, info: dict[str, str], lead: int,
-             restarts: int, now: float | None = None) -> str | None:
+def classify(
+    signals: Sequence[str],
+    requeue_signal: str,
+    info: dict[str, str],
+    lead: int,
+    restarts: int,
+    now: float | None = None,
+) -> str | None:
     """The cause of a stop the runtime was signalled for; ``None`` for a user's cancel.
 
     ``restarts`` is SLURM_RESTART_COUNT when this attempt started. Observed on 22.05: a job
@@ -79,7 +87,9 @@ def classify(signals: Sequence[str], requeue_signal: str, info: dict[str, str], 
     if any(word in info.get("NodeState", "") for word in ("DOWN", "FAIL")):
         return "node_failure"
     if state in (states.TIMEOUT, states.NODE_FAIL, states.PREEMPTED):
-        return {states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failure"}.get(state, "preemption")
+        return {states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failure"}.get(
+            state, "preemption"
+        )
     if info.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return "preemption"
     if int(info.get("Restarts", restarts) or 0) > restarts:
@@ -102,8 +112,13 @@ def used(attempts: Sequence[dict[str, Any]], cause: str) -> int:
     return sum(1 for a in attempts if a.get("cause") == cause)
 
 
-def decide(code: int, cause: str | None, signalled: bool, attempts: Sequence[dict[str, Any]],
-           budgets: dict[str, int | None]) -> Outcome:
+def decide(
+    code: int,
+    cause: str | None,
+    signalled: bool,
+    attempts: Sequence[dict[str, Any]],
+    budgets: dict[str, int | None],
+) -> Outcome:
     """The outcome of an attempt that exited with ``code``.
 
     ``signalled``: the runtime forwarded a stop signal; ``cause`` is then :func:`classify`'s
@@ -120,8 +135,15 @@ def decide(code: int, cause: str | None, signalled: bool, attempts: Sequence[dic
     budget = budgets.get(cause)
     spent = used(attempts, cause)
     if budget is None or spent < budget:
-        return Outcome(states.REQUEUED, REQUEUE_EXIT, cause,
-                       f"{cause}: requeue {spent + 1} of {'unlimited' if budget is None else budget}")
-    reason = "" if cause == "error" and not budget else \
-        f"{cause} budget exhausted ({budget} requeue{'s' if budget != 1 else ''})"
+        return Outcome(
+            states.REQUEUED,
+            REQUEUE_EXIT,
+            cause,
+            f"{cause}: requeue {spent + 1} of {'unlimited' if budget is None else budget}",
+        )
+    reason = (
+        ""
+        if cause == "error" and not budget
+        else f"{cause} budget exhausted ({budget} requeue{'s' if budget != 1 else ''})"
+    )
     return Outcome(states.FAILED, code if code != REQUEUE_EXIT else 1, cause, reason)

@@ -22,9 +22,9 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Mapping
 
 EXIT_FAILED = 3
 
@@ -59,8 +59,9 @@ def expected_gpus(env: Mapping[str, str]) -> tuple[int | None, str]:
         return int(env["SLURM_GPUS_ON_NODE"]), f"SLURM_GPUS_ON_NODE={env['SLURM_GPUS_ON_NODE']}"
     if env.get("SLURM_GPUS_PER_NODE"):  # "8", "h100:8", "a100:2,v100:1"
         value = env["SLURM_GPUS_PER_NODE"]
-        return sum(int(p.rsplit(":", 1)[-1]) for p in value.split(",")), \
-            f"SLURM_GPUS_PER_NODE={value}"
+        return sum(
+            int(p.rsplit(":", 1)[-1]) for p in value.split(",")
+        ), f"SLURM_GPUS_PER_NODE={value}"
     if env.get("SLURM_JOB_ID"):
         return 0, "a CPU-only allocation"
     return None, "not in a Slurm job"
@@ -69,7 +70,7 @@ def expected_gpus(env: Mapping[str, str]) -> tuple[int | None, str]:
 def check_torch() -> tuple[Check, ModuleType | None]:
     try:
         import torch
-    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from a missing library
+    except Exception as exc:
         return Check("torch", False, f"cannot import torch: {exc}"), None
     return Check("torch", True, f"torch {torch.__version__}"), torch
 
@@ -79,16 +80,24 @@ def check_gpus(torch: ModuleType, env: Mapping[str, str]) -> Check:
     want, why = expected_gpus(env)
     if want is None or seen == want:
         return Check("gpus", True, f"{seen} GPU{'s' if seen != 1 else ''} ({why})")
-    hint = ("is the image built with NVIDIA_VISIBLE_DEVICES (enroot's GPU hook) and the driver "
-            "on the node?" if seen < want else "the task sees GPUs it was not given")
-    return Check("gpus", False, f"torch sees {seen} GPU{'s' if seen != 1 else ''}, the "
-                                f"allocation gives {want} ({why}): {hint}")
+    hint = (
+        "is the image built with NVIDIA_VISIBLE_DEVICES (enroot's GPU hook) and the driver "
+        "on the node?"
+        if seen < want
+        else "the task sees GPUs it was not given"
+    )
+    return Check(
+        "gpus",
+        False,
+        f"torch sees {seen} GPU{'s' if seen != 1 else ''}, the "
+        f"allocation gives {want} ({why}): {hint}",
+    )
 
 
 def check_nccl(torch: ModuleType) -> Check:
     try:
         version = torch.cuda.nccl.version()
-    except Exception as exc:  # noqa: BLE001 - a build without NCCL, a broken library
+    except Exception as exc:
         return Check("nccl", False, f"no NCCL: {exc}")
     if isinstance(version, int):  # old torch: 2708 -> 2.7.8
         version = (version // 1000, version // 100 % 10, version % 100)
@@ -99,8 +108,9 @@ def check_path(path: str) -> Check:
     """Write, fsync, read back and delete a small file in ``path``."""
     if not os.path.isdir(path):
         return Check("path", False, f"{path}: not a directory here: is it mounted?")
-    name = os.path.join(path, f".slurmkit-selfcheck-{socket.gethostname()}-{os.getpid()}-"
-                              f"{secrets.token_hex(4)}")
+    name = os.path.join(
+        path, f".slurmkit-selfcheck-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    )
     payload = secrets.token_bytes(64)
     action = "create a file in"
     created = False
@@ -117,7 +127,9 @@ def check_path(path: str) -> Check:
         action = "read back a file in"
         with open(name, "rb") as fh:
             if fh.read() != payload:
-                return Check("path", False, f"{path}: a file read back differs from the one written")
+                return Check(
+                    "path", False, f"{path}: a file read back differs from the one written"
+                )
         action = "delete a file in"
         os.unlink(name)
         created = False
@@ -149,10 +161,13 @@ def run(path: str | None = None, env: Mapping[str, str] | None = None) -> list[C
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m slurmkit.runtime.selfcheck",
-        description="Check torch, GPUs, NCCL and the shared filesystem; exit 3 if one fails.")
-    parser.add_argument("path", nargs="?",
-                        help="shared directory to test (default: $SLURMKIT_SWEEP_DIR, "
-                             "else $SLURM_SUBMIT_DIR)")
+        description="Check torch, GPUs, NCCL and the shared filesystem; exit 3 if one fails.",
+    )
+    parser.add_argument(
+        "path",
+        nargs="?",
+        help="shared directory to test (default: $SLURMKIT_SWEEP_DIR, else $SLURM_SUBMIT_DIR)",
+    )
     args = parser.parse_args(argv)
     checks = run(args.path)
     failed = [c for c in checks if not c.ok]
@@ -160,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"selfcheck FAILED: {c.name}: {c.detail}", file=sys.stderr, flush=True)
     if failed:
         return EXIT_FAILED
-    where = socket.gethostname() + (f" rank {os.environ['SLURM_PROCID']}"
-                                    if "SLURM_PROCID" in os.environ else "")
+    where = socket.gethostname() + (
+        f" rank {os.environ['SLURM_PROCID']}" if "SLURM_PROCID" in os.environ else ""
+    )
     print(f"selfcheck OK: {where}: " + ", ".join(c.detail for c in checks), flush=True)
     return 0
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import random
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -115,8 +116,11 @@ class DataPosition:
         self._generator().set_state(self._epoch_rng)
         batches = iter(self.loader)
         sampler = getattr(batches, "_sampler_iter", None)
-        if (sampler is not None and self.loader.num_workers == 0
-                and not isinstance(self.loader.dataset, IterableDataset)):
+        if (
+            sampler is not None
+            and self.loader.num_workers == 0
+            and not isinstance(self.loader.dataset, IterableDataset)
+        ):
             for _ in range(self.batch):  # indices only: no sample is loaded
                 next(sampler)
             batches._num_yielded += self.batch
@@ -127,17 +131,27 @@ class DataPosition:
         return batches
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "batch": self.batch, "step": self.step,
-                "epoch_rng": self._epoch_rng}
+        return {
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "step": self.step,
+            "epoch_rng": self._epoch_rng,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.batch, self.step = state["epoch"], state["batch"], state["step"]
         self._epoch_rng = state["epoch_rng"]
 
 
-def capture(*, model: torch.nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-            scheduler: Any = None, scaler: Any = None, data: DataPosition | None = None,
-            extra: Any = None) -> dict[str, Any]:
+def capture(
+    *,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    data: DataPosition | None = None,
+    extra: Any = None,
+) -> dict[str, Any]:
     """State dicts of what is given, the RNG states, the data position and ``extra`` (any
     picklable object: counters, best metric, a numpy ``Generator``...)."""
     state: dict[str, Any] = {"rng": rng_state()}
@@ -156,16 +170,28 @@ def capture(*, model: torch.nn.Module | None = None, optimizer: torch.optim.Opti
     return state
 
 
-def restore(state: dict[str, Any], *, model: torch.nn.Module | None = None,
-            optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
-            scaler: Any = None, data: DataPosition | None = None, strict: bool = True) -> Any:
+def restore(
+    state: dict[str, Any],
+    *,
+    model: torch.nn.Module | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    data: DataPosition | None = None,
+    strict: bool = True,
+) -> Any:
     """Load what :func:`capture` saved into the objects given, RNG states last; returns ``extra``.
 
     ``strict`` applies to the model's keys. An object given without its part in ``state``
     raises ``KeyError``.
     """
-    parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler,
-             "data": data}
+    parts = {
+        "model": model,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
+        "scaler": scaler,
+        "data": data,
+    }
     missing = [name for name, obj in parts.items() if obj is not None and name not in state]
     if missing:
         raise KeyError(f"checkpoint has no {', '.join(missing)} state")

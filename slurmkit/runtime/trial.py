@@ -24,15 +24,19 @@ import time
 from typing import Any
 
 from ..core import states
+from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.layout import SweepDir
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
 from . import requeue
-from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
 
-_SLURM_KEYS = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID",
-               "array_task_id": "SLURM_ARRAY_TASK_ID", "restart_count": "SLURM_RESTART_COUNT"}
+_SLURM_KEYS = {
+    "job_id": "SLURM_JOB_ID",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "restart_count": "SLURM_RESTART_COUNT",
+}
 
 
 def param_args(params: dict[str, Any], style: str) -> list[str]:
@@ -51,7 +55,9 @@ def _path_with_python() -> str:
     """PATH with this interpreter's directory first: ``python`` in a command means this one."""
     here = os.path.dirname(sys.executable)
     path = os.environ.get("PATH", "")
-    return path if path.split(os.pathsep)[0] == here else os.pathsep.join(filter(None, [here, path]))
+    return (
+        path if path.split(os.pathsep)[0] == here else os.pathsep.join(filter(None, [here, path]))
+    )
 
 
 class TrialRun:
@@ -62,8 +68,15 @@ class TrialRun:
     (the local backend) it gets a group of its own, so that stopping it stops its whole tree.
     """
 
-    def __init__(self, sweep: SweepDir, index: int, config: dict[str, Any] | None = None,
-                 row: dict[str, Any] | None = None, *, under_slurm: bool = False) -> None:
+    def __init__(
+        self,
+        sweep: SweepDir,
+        index: int,
+        config: dict[str, Any] | None = None,
+        row: dict[str, Any] | None = None,
+        *,
+        under_slurm: bool = False,
+    ) -> None:
         self.sweep = sweep
         self.config = config if config is not None else read_json(sweep.sweep_json)
         self.row = row if row is not None else sweep.manifest_row(index)
@@ -87,45 +100,72 @@ class TrialRun:
         """Record the attempt as RUNNING and start the command (no shell)."""
         os.makedirs(self.dir, exist_ok=True)
         self.status = read_json(self.status_path, default=None) or {
-            "id": self.id, "index": self.row["index"], "attempts": []}
+            "id": self.id,
+            "index": self.row["index"],
+            "attempts": [],
+        }
         earlier = self.status["attempts"]
         if earlier and earlier[-1].get("state") == states.RUNNING:
             # the last attempt vanished without recording an end: its node (or job) died
             earlier[-1].update(state=states.NODE_FAIL, cause="node_failure")
             if self.on_slurm:
-                out = requeue.decide(REQUEUE_EXIT, "node_failure", False, earlier[:-1],
-                                     self.policy.get("budgets", {}))
+                out = requeue.decide(
+                    REQUEUE_EXIT,
+                    "node_failure",
+                    False,
+                    earlier[:-1],
+                    self.policy.get("budgets", {}),
+                )
                 if out.state == states.FAILED:
                     self._record(out.state, out.code, cause=out.cause, reason=out.reason)
                     return
-        attempt = {"n": len(earlier) + 1, "state": states.RUNNING,
-                   "start": time.time(), "host": socket.gethostname(),
-                   **{k: os.environ[v] for k, v in _SLURM_KEYS.items() if v in os.environ}}
+        attempt = {
+            "n": len(earlier) + 1,
+            "state": states.RUNNING,
+            "start": time.time(),
+            "host": socket.gethostname(),
+            **{k: os.environ[v] for k, v in _SLURM_KEYS.items() if v in os.environ},
+        }
         earlier.append(attempt)
         self._record(states.RUNNING, None)
         cfg = self.config
         argv = list(cfg["command"]) + param_args(self.row["params"], cfg.get("args", "hydra"))
-        env = {**os.environ, **cfg.get("env", {}), "PATH": _path_with_python(),
-               "SLURMKIT_SWEEP_DIR": self.sweep.root, "SLURMKIT_TRIAL_ID": self.id,
-               "SLURMKIT_TRIAL_INDEX": str(self.row["index"]), "SLURMKIT_TRIAL_DIR": self.dir,
-               "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
-               "SLURMKIT_ATTEMPT": str(attempt["n"]),
-               ENV_SIGNAL: self.requeue_signal}
+        env = {
+            **os.environ,
+            **cfg.get("env", {}),
+            "PATH": _path_with_python(),
+            "SLURMKIT_SWEEP_DIR": self.sweep.root,
+            "SLURMKIT_TRIAL_ID": self.id,
+            "SLURMKIT_TRIAL_INDEX": str(self.row["index"]),
+            "SLURMKIT_TRIAL_DIR": self.dir,
+            "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
+            "SLURMKIT_ATTEMPT": str(attempt["n"]),
+            ENV_SIGNAL: self.requeue_signal,
+        }
         launch = cfg.get("launch") or {}
         if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
             env.update(rendezvous(env))
             argv = fill(launch, env) + argv
         cwd = cfg.get("workdir") or cfg.get("submit_dir") or None
         with open(self.sweep.output(self.id), "ab") as log:
-            header = (f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "
-                      f"{attempt['n']} on {attempt['host']}"
-                      + (f" job {attempt['job_id']}" if "job_id" in attempt else "") + " ===\n")
+            header = (
+                f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "
+                f"{attempt['n']} on {attempt['host']}"
+                + (f" job {attempt['job_id']}" if "job_id" in attempt else "")
+                + " ===\n"
+            )
             log.write(header.encode())
             log.flush()
             try:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                             start_new_session=self.own_group)
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=self.own_group,
+                )
             except OSError as exc:
                 log.write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
                 self.proc = None
@@ -160,8 +200,9 @@ class TrialRun:
         return self._finish(128 - rc if rc < 0 else rc)
 
     def _job_info(self) -> dict[str, str]:
-        return requeue.job_info(os.environ["SLURM_JOB_ID"],
-                                os.environ.get("SLURMD_NODENAME", socket.gethostname()))
+        return requeue.job_info(
+            os.environ["SLURM_JOB_ID"], os.environ.get("SLURMD_NODENAME", socket.gethostname())
+        )
 
     def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
@@ -170,11 +211,20 @@ class TrialRun:
             if self.signals:
                 info = self.job if self.job is not None else self._job_info()
                 attempt["slurm"] = {k: info[k] for k in requeue.EVIDENCE if k in info}
-                cause = requeue.classify(self.signals, self.requeue_signal, info,
-                                         int(self.policy.get("lead", 120)),
-                                         int(os.environ.get("SLURM_RESTART_COUNT", "0")))
-            outcome = requeue.decide(code, cause, bool(self.signals), self.status["attempts"][:-1],
-                                     self.policy.get("budgets", {}))
+                cause = requeue.classify(
+                    self.signals,
+                    self.requeue_signal,
+                    info,
+                    int(self.policy.get("lead", 120)),
+                    int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+                )
+            outcome = requeue.decide(
+                code,
+                cause,
+                bool(self.signals),
+                self.status["attempts"][:-1],
+                self.policy.get("budgets", {}),
+            )
         elif code == 0:
             outcome = requeue.Outcome(states.COMPLETED, 0)
         else:

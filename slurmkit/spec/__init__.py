@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..core.values import Choice, Distribution
 from ..errors import SpecError
@@ -17,8 +18,7 @@ from .layers import parse_cli, resolve
 from .model import CLI, RESUMABLE, TOP_KEYS, Requeue, Resources, SweepSpec
 from .validate import param_space, single, validate
 
-__all__ = ["CLI", "Requeue", "Resources", "SweepSpec", "from_dict", "load",
-           "resumed"]
+__all__ = ["CLI", "Requeue", "Resources", "SweepSpec", "from_dict", "load", "resumed"]
 
 
 def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> SweepSpec:
@@ -32,7 +32,7 @@ def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> Swee
     for ov, text in zip(parsed, overrides):
         if ov.key.split(".")[0] != "params":
             continue
-        sub = ov.key[len("params."):]
+        sub = ov.key[len("params.") :]
         if not sub:
             raise SpecError("name a parameter: params.NAME=VALUES", file=CLI, key=ov.key)
         if ov.prefix == "~":
@@ -61,8 +61,12 @@ def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) ->
     for text in overrides:
         ov = parse_cli(text)
         if ov.key.split(".")[0] not in RESUMABLE or isinstance(ov.value, (Choice, Distribution)):
-            raise SpecError("cannot change this when resuming (the trials are fixed)", file=CLI,
-                            key=ov.key, hint=f"keys that may change: {', '.join(RESUMABLE)}")
+            raise SpecError(
+                "cannot change this when resuming (the trials are fixed)",
+                file=CLI,
+                key=ov.key,
+                hint=f"keys that may change: {', '.join(RESUMABLE)}",
+            )
         try:
             node, leaf = yamldata.parent(data, ov.key)
         except yamldata.NeedsOmegaConf:

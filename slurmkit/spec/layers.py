@@ -11,7 +11,8 @@ omegaconf, which gives the result or words the error.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import yaml
 
@@ -51,8 +52,7 @@ def resolve_data(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], l
     return merged, parsed
 
 
-def resolve_omegaconf(path: str,
-                      overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
     """:func:`resolve` with omegaconf."""
     # omegaconf (and antlr) cost ~60 ms to import: only specs that need it pay for it
     from omegaconf import OmegaConf
@@ -65,8 +65,11 @@ def resolve_omegaconf(path: str,
     except OmegaConfBaseException as exc:
         raise SpecError(str(exc).splitlines()[0], file=path) from None
     if not OmegaConf.is_dict(cfg):
-        raise SpecError("the top level must be a mapping of keys", file=path,
-                        hint=f"allowed keys: {', '.join(TOP_KEYS)}")
+        raise SpecError(
+            "the top level must be a mapping of keys",
+            file=path,
+            hint=f"allowed keys: {', '.join(TOP_KEYS)}",
+        )
     parsed = [parse_cli(text) for text in overrides]
     user, layers = _defaults(cfg, parsed)
     merged = OmegaConf.merge(*map(OmegaConf.create, layers), OmegaConf.create(user), cfg)
@@ -94,9 +97,11 @@ def parse_cli(text: str) -> Override:
     try:
         return parse_override(text)
     except OverrideError as exc:
-        raise SpecError(f"cannot read {text!r}: {exc.message} (column {exc.column})", file=CLI,
-                        hint="overrides look like key=value, "
-                        "params.lr=0.1,0.01 or params.n='range(1,5)'") from None
+        raise SpecError(
+            f"cannot read {text!r}: {exc.message} (column {exc.column})",
+            file=CLI,
+            hint="overrides look like key=value, params.lr=0.1,0.01 or params.n='range(1,5)'",
+        ) from None
 
 
 def user_config_path() -> str:
@@ -115,8 +120,11 @@ def user_config() -> tuple[dict[str, Any], str]:
     if data is None:
         return {}, where
     if not isinstance(data, dict):
-        raise SpecError("the top level must be a mapping", file=where,
-                        hint=f"allowed keys: {', '.join(CONFIG_KEYS)}")
+        raise SpecError(
+            "the top level must be a mapping",
+            file=where,
+            hint=f"allowed keys: {', '.join(CONFIG_KEYS)}",
+        )
     reject_unknown(data, CONFIG_KEYS, file=where)
     return data, where
 
@@ -137,23 +145,31 @@ def profile(name: str, source: str) -> dict[str, Any]:
     if name == "none":
         return {}
     if name not in PROFILES:
-        raise SpecError(f"unknown profile {name!r}", file=source, key="profile",
-                        hint=f"allowed values: none, {', '.join(PROFILES)}")
+        raise SpecError(
+            f"unknown profile {name!r}",
+            file=source,
+            key="profile",
+            hint=f"allowed values: none, {', '.join(PROFILES)}",
+        )
     return {"env": dict(PROFILES[name]), "container": {"mount_home": False}}
 
 
 def _defaults(cfg: Any, parsed: list[Override]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The layers under the spec file ``cfg``: the user config, and the chosen profile's."""
     user, user_path = user_config()
-    chosen = next((ov.value for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
-                  cfg.get("profile") or user.get("profile"))
+    chosen = next(
+        (ov.value for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
+        cfg.get("profile") or user.get("profile"),
+    )
     return user, [profile(str(chosen), user_path)] if chosen else []
 
 
 def _drop_container(merged: Any, cfg: Any, parsed: list[Override]) -> None:
     """Container defaults (profile, user config) apply only to specs that name an image."""
     if "container" in merged and not (merged["container"] or {}).get("image"):
-        container_given = "container" in cfg or any(ov.key.startswith("container.") for ov in parsed)
+        container_given = "container" in cfg or any(
+            ov.key.startswith("container.") for ov in parsed
+        )
         if not container_given:
             del merged["container"]
 

@@ -13,19 +13,56 @@ if TYPE_CHECKING:
 CLI = "command line"  # the "file" of errors in command-line overrides
 
 ARG_STYLES = ("hydra", "argparse", "none")
-TOP_KEYS = ("name", "command", "args", "params", "num_samples", "seed", "resources",
-            "max_parallel", "output_root", "env", "workdir", "requeue", "container", "launcher",
-            "profile", "self_check")
+TOP_KEYS = (
+    "name",
+    "command",
+    "args",
+    "params",
+    "num_samples",
+    "seed",
+    "resources",
+    "max_parallel",
+    "output_root",
+    "env",
+    "workdir",
+    "requeue",
+    "container",
+    "launcher",
+    "profile",
+    "self_check",
+)
 LAUNCHERS = ("torchrun", "srun")
 REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
 CAUSES = ("preemption", "timeout", "node_failure", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
-RESOURCE_KEYS = ("partition", "time", "nodes", "cpus", "gpus", "mem", "account", "qos",
-                 "constraint", "extra", "tasks_per_node", "exclusive", "switches",
-                 "cpus_per_task", "gpus_per_node")
-CONTAINER_KEYS = ("image", "mounts", "workdir", "env_keep", "writable", "remap_root",
-                  "mount_home", "name")
+RESOURCE_KEYS = (
+    "partition",
+    "time",
+    "nodes",
+    "cpus",
+    "gpus",
+    "mem",
+    "account",
+    "qos",
+    "constraint",
+    "extra",
+    "tasks_per_node",
+    "exclusive",
+    "switches",
+    "cpus_per_task",
+    "gpus_per_node",
+)
+CONTAINER_KEYS = (
+    "image",
+    "mounts",
+    "workdir",
+    "env_keep",
+    "writable",
+    "remap_root",
+    "mount_home",
+    "name",
+)
 # Keys that `slurmkit sweep --resume DIR KEY=VALUE` may change (the trials stay as they are).
 RESUMABLE = ("resources", "max_parallel", "env", "requeue", "container", "self_check")
 
@@ -66,8 +103,9 @@ class Requeue:
     enabled: bool = True
     signal: str = "USR2"
     lead: int = 120
-    budgets: dict[str, int | None] = field(default_factory=lambda: {
-        "preemption": None, "timeout": 3, "node_failure": 3, "error": 0})
+    budgets: dict[str, int | None] = field(
+        default_factory=lambda: {"preemption": None, "timeout": 3, "node_failure": 3, "error": 0}
+    )
 
 
 @dataclass(frozen=True)
@@ -98,11 +136,18 @@ class SweepSpec:
 
         Parameters keep the form they were written in (``range(0,10000)`` stays short).
         """
-        data = {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("source", "params_text", "params")}
-        data.update(command=list(self.command), resources=asdict(self.resources),
-                    env=dict(self.env), requeue=asdict(self.requeue),
-                    container=self.container.to_dict() if self.container else None)
+        data = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("source", "params_text", "params")
+        }
+        data.update(
+            command=list(self.command),
+            resources=asdict(self.resources),
+            env=dict(self.env),
+            requeue=asdict(self.requeue),
+            container=self.container.to_dict() if self.container else None,
+        )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}
         return data
 

@@ -12,15 +12,26 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..core import slurmtime
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import parse_value
-from .model import (ARG_STYLES, CAUSES, LAUNCHERS, REQUEUE_KEYS, RESOURCE_KEYS, SIGNALS, TOP_KEYS,
-                    Domain,
-                    Requeue, Resources, SweepSpec)
+from .model import (
+    ARG_STYLES,
+    CAUSES,
+    LAUNCHERS,
+    REQUEUE_KEYS,
+    RESOURCE_KEYS,
+    SIGNALS,
+    TOP_KEYS,
+    Domain,
+    Requeue,
+    Resources,
+    SweepSpec,
+)
 
 _ALIASES = {"cpus_per_task": "cpus", "gpus_per_node": "gpus"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -38,8 +49,9 @@ def single(domain: Domain) -> Domain:
     return domain.values[0] if isinstance(domain, Choice) and len(domain.values) == 1 else domain
 
 
-def param_space(raw: Any, source: str, texts: dict[str, Any],
-                prefix: str = "params") -> dict[str, Domain]:
+def param_space(
+    raw: Any, source: str, texts: dict[str, Any], prefix: str = "params"
+) -> dict[str, Domain]:
     """Flatten ``params`` into ``{dotted_key: domain}``; ``texts`` gets each one as written."""
     if raw is None:
         return {}
@@ -63,48 +75,76 @@ def param_space(raw: Any, source: str, texts: dict[str, Any],
             try:
                 space[key] = single(parse_value(value))
             except OverrideError as exc:
-                raise SpecError(f"cannot read {value!r}: {exc.message} (column {exc.column})",
-                                file=source, key=full,
-                                hint="quote a literal string inside the YAML string: \"'text'\", "
-                                "or put it in a list: [text]") from None
+                raise SpecError(
+                    f"cannot read {value!r}: {exc.message} (column {exc.column})",
+                    file=source,
+                    key=full,
+                    hint="quote a literal string inside the YAML string: \"'text'\", "
+                    "or put it in a list: [text]",
+                ) from None
         else:
             space[key] = value
         texts[key] = value
     return space
 
 
-def validate(data: Mapping[str, Any], source: str,
-             params_text: dict[str, Any] | None = None, *, job: bool = False) -> SweepSpec:
+def validate(
+    data: Mapping[str, Any],
+    source: str,
+    params_text: dict[str, Any] | None = None,
+    *,
+    job: bool = False,
+) -> SweepSpec:
     """Check every key and type; raise SpecError naming the file and key."""
     reject_unknown(data, TOP_KEYS, file=source)
     name = _typed(data, "name", str, source, default=os.path.splitext(os.path.basename(source))[0])
     if not _NAME.match(name):
-        raise SpecError(f"{name!r} is not a valid name", file=source, key="name",
-                        hint="letters, digits, '_', '.', '-'; starting with a letter or digit")
+        raise SpecError(
+            f"{name!r} is not a valid name",
+            file=source,
+            key="name",
+            hint="letters, digits, '_', '.', '-'; starting with a letter or digit",
+        )
     command = _command(data.get("command"), source)
     args = _typed(data, "args", str, source, default="hydra")
     if args not in ARG_STYLES:
-        raise SpecError(f"{args!r} is not allowed", file=source, key="args",
-                        hint=f"allowed values: {', '.join(ARG_STYLES)}")
+        raise SpecError(
+            f"{args!r} is not allowed",
+            file=source,
+            key="args",
+            hint=f"allowed values: {', '.join(ARG_STYLES)}",
+        )
     params: dict[str, Domain] = data.get("params") or {}
     if not params and not job:
-        raise SpecError("empty search space: no parameters", file=source, key="params",
-                        hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}")
+        raise SpecError(
+            "empty search space: no parameters",
+            file=source,
+            key="params",
+            hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}",
+        )
     for key, dom in params.items():
         if isinstance(dom, Choice) and not dom.values:
             raise SpecError("empty search space: no values", file=source, key=f"params.{key}")
     num_samples = _positive(data, "num_samples", source, default=1)
     if num_samples > 1 and not any(isinstance(d, Distribution) for d in params.values()):
-        raise SpecError("num_samples > 1 needs a random parameter", file=source, key="num_samples",
-                        hint="use uniform(a,b), loguniform(a,b) or randint(a,b) in params")
+        raise SpecError(
+            "num_samples > 1 needs a random parameter",
+            file=source,
+            key="num_samples",
+            hint="use uniform(a,b), loguniform(a,b) or randint(a,b) in params",
+        )
     seed = _typed(data, "seed", int, source, default=0)
     max_parallel = data.get("max_parallel")
     if max_parallel is not None:
         max_parallel = _positive(data, "max_parallel", source, default=None)
     output_root = _typed(data, "output_root", str, source, default="runs")
     if not output_root or re.search(r"[\s\"'%\\]", output_root):
-        raise SpecError(f"{output_root!r} is not a usable directory", file=source, key="output_root",
-                        hint="a path without whitespace, quotes, '%' or backslashes")
+        raise SpecError(
+            f"{output_root!r} is not a usable directory",
+            file=source,
+            key="output_root",
+            hint="a path without whitespace, quotes, '%' or backslashes",
+        )
     workdir = data.get("workdir")
     if workdir is not None:
         workdir = _typed(data, "workdir", str, source, default=None)
@@ -112,8 +152,12 @@ def validate(data: Mapping[str, Any], source: str,
     env = _env(data.get("env"), source)
     launcher = data.get("launcher")
     if launcher is not None and launcher not in LAUNCHERS:
-        raise SpecError(f"{launcher!r} is not allowed", file=source, key="launcher",
-                        hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)")
+        raise SpecError(
+            f"{launcher!r} is not allowed",
+            file=source,
+            key="launcher",
+            hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)",
+        )
     container = data.get("container")
     if container is not None:
         from .. import pyxis  # ~3 ms (its regexes, hashlib): only container specs need it
@@ -121,28 +165,45 @@ def validate(data: Mapping[str, Any], source: str,
         container = pyxis.parse(container, source)
     profile = _typed(data, "profile", str, source, default=None)
     return SweepSpec(
-        name=name, command=command, params=dict(params), args=args, num_samples=num_samples,
-        seed=seed, max_parallel=max_parallel, output_root=output_root,
-        resources=resources, env=env, container=container, launcher=launcher, profile=profile,
+        name=name,
+        command=command,
+        params=dict(params),
+        args=args,
+        num_samples=num_samples,
+        seed=seed,
+        max_parallel=max_parallel,
+        output_root=output_root,
+        resources=resources,
+        env=env,
+        container=container,
+        launcher=launcher,
+        profile=profile,
         self_check=_typed(data, "self_check", bool, source, default=True),
-        workdir=workdir, source=source, params_text=dict(params_text or {}),
+        workdir=workdir,
+        source=source,
+        params_text=dict(params_text or {}),
         requeue=_requeue(data.get("requeue"), source, resources.time),
     )
 
 
-def _typed(data: Mapping[str, Any], key: str, kind: type, source: str, *, default: Any,
-           prefix: str = "") -> Any:
+def _typed(
+    data: Mapping[str, Any], key: str, kind: type, source: str, *, default: Any, prefix: str = ""
+) -> Any:
     value = data.get(key, default)
     if value is None:
         return default
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        raise SpecError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
-                        file=source, key=prefix + key)
+    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
+        raise SpecError(
+            f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
+            file=source,
+            key=prefix + key,
+        )
     return value
 
 
-def _positive(data: Mapping[str, Any], key: str, source: str, *, default: Any,
-              prefix: str = "") -> Any:
+def _positive(
+    data: Mapping[str, Any], key: str, source: str, *, default: Any, prefix: str = ""
+) -> Any:
     value = _typed(data, key, int, source, default=default, prefix=prefix)
     if value is not None and value < 1:
         raise SpecError(f"must be at least 1, got {value}", file=source, key=prefix + key)
@@ -157,12 +218,20 @@ def _command(raw: Any, source: str) -> tuple[str, ...]:
             raise SpecError(f"cannot split: {exc}", file=source, key="command") from None
     elif isinstance(raw, list) and all(isinstance(a, (str, int, float)) for a in raw):
         if any(isinstance(a, bool) for a in raw):
-            raise SpecError("an item is a YAML boolean (true/false/yes/no)", file=source,
-                            key="command", hint="quote it: ['true']")
+            raise SpecError(
+                "an item is a YAML boolean (true/false/yes/no)",
+                file=source,
+                key="command",
+                hint="quote it: ['true']",
+            )
         argv = [str(a) for a in raw]
     else:
-        raise SpecError("required: the trial's program and arguments (a string or a list)",
-                        file=source, key="command", hint="command: python train.py --epochs 3")
+        raise SpecError(
+            "required: the trial's program and arguments (a string or a list)",
+            file=source,
+            key="command",
+            hint="command: python train.py --epochs 3",
+        )
     if not argv:
         raise SpecError("is empty", file=source, key="command")
     return tuple(argv)
@@ -187,8 +256,12 @@ def _resources(raw: Any, source: str) -> Resources:
     if raw is None:
         return Resources()
     if not isinstance(raw, Mapping):
-        raise SpecError("must be a mapping", file=source, key="resources",
-                        hint=f"allowed keys: {', '.join(RESOURCE_KEYS)}")
+        raise SpecError(
+            "must be a mapping",
+            file=source,
+            key="resources",
+            hint=f"allowed keys: {', '.join(RESOURCE_KEYS)}",
+        )
     reject_unknown(raw, RESOURCE_KEYS, file=source, prefix="resources.")
     raw = {_ALIASES.get(k, k): v for k, v in raw.items()}
     p = "resources."
@@ -196,40 +269,63 @@ def _resources(raw: Any, source: str) -> Resources:
     for key in ("partition", "account", "qos", "constraint", "switches"):
         value = _typed(raw, key, str, source, default=None, prefix=p)
         if value is not None and not _SLURM_WORD.match(value):
-            raise SpecError(f"{value!r} has characters Slurm does not accept here", file=source,
-                            key=p + key, hint="no whitespace or quotes")
+            raise SpecError(
+                f"{value!r} has characters Slurm does not accept here",
+                file=source,
+                key=p + key,
+                hint="no whitespace or quotes",
+            )
         words[key] = value
     time = raw.get("time")
     if time is not None:
         time = str(time) if isinstance(time, int) and not isinstance(time, bool) else time
         if not isinstance(time, str):
-            raise SpecError(f"expected a Slurm time string, got {time!r}", file=source, key=p + "time",
-                            hint=f"accepted forms: {slurmtime.ACCEPTED}")
+            raise SpecError(
+                f"expected a Slurm time string, got {time!r}",
+                file=source,
+                key=p + "time",
+                hint=f"accepted forms: {slurmtime.ACCEPTED}",
+            )
         try:
             slurmtime.parse_seconds(time)
         except ValueError as exc:
-            raise SpecError(str(exc), file=source, key=p + "time",
-                            hint=f"accepted forms: {slurmtime.ACCEPTED}; e.g. 2:00:00") from None
+            raise SpecError(
+                str(exc),
+                file=source,
+                key=p + "time",
+                hint=f"accepted forms: {slurmtime.ACCEPTED}; e.g. 2:00:00",
+            ) from None
     mem = raw.get("mem")
     if mem is not None:
         mem = str(mem)
         if not _MEM.match(mem):
-            raise SpecError(f"{mem!r} is not a memory size", file=source, key=p + "mem",
-                            hint="a number with an optional unit K, M, G or T, e.g. 16G")
+            raise SpecError(
+                f"{mem!r} is not a memory size",
+                file=source,
+                key=p + "mem",
+                hint="a number with an optional unit K, M, G or T, e.g. 16G",
+            )
     gpus = raw.get("gpus")
     if gpus is not None:
         if isinstance(gpus, bool) or not isinstance(gpus, (int, str)) or not _GPUS.match(str(gpus)):
-            raise SpecError(f"{gpus!r} is not a GPU count", file=source, key=p + "gpus",
-                            hint="a count per node (8) or TYPE:COUNT (h100:8)")
+            raise SpecError(
+                f"{gpus!r} is not a GPU count",
+                file=source,
+                key=p + "gpus",
+                hint="a count per node (8) or TYPE:COUNT (h100:8)",
+            )
         if gpus == 0:
             gpus = None
     return Resources(
-        time=time, mem=mem, gpus=gpus,
+        time=time,
+        mem=mem,
+        gpus=gpus,
         nodes=_positive(raw, "nodes", source, default=1, prefix=p),
         cpus=_positive(raw, "cpus", source, default=1, prefix=p),
         tasks_per_node=_positive(raw, "tasks_per_node", source, default=1, prefix=p),
         exclusive=_typed(raw, "exclusive", bool, source, default=False, prefix=p),
-        extra=_extra(raw.get("extra"), source), **words,
+        extra=_extra(raw.get("extra"), source),
+        **words,
     )
 
 
@@ -237,8 +333,12 @@ def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise SpecError("must be a mapping of sbatch option names to values", file=source,
-                        key="resources.extra", hint="extra: {exclusive: true, comment: run42}")
+        raise SpecError(
+            "must be a mapping of sbatch option names to values",
+            file=source,
+            key="resources.extra",
+            hint="extra: {exclusive: true, comment: run42}",
+        )
     extra: dict[str, str | int | bool] = {}
     for key, value in raw.items():
         key = str(key).lstrip("-")
@@ -250,8 +350,12 @@ def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
         if isinstance(value, (dict, list)) or value is None:
             raise SpecError("must be a string, number or true/false", file=source, key=full)
         if not isinstance(value, bool) and not _SLURM_WORD.match(str(value)):
-            raise SpecError(f"{value!r} has characters slurmkit will not put in a batch script",
-                            file=source, key=full, hint="no whitespace, quotes or '$'")
+            raise SpecError(
+                f"{value!r} has characters slurmkit will not put in a batch script",
+                file=source,
+                key=full,
+                hint="no whitespace, quotes or '$'",
+            )
         extra[key] = value
     return extra
 
@@ -261,31 +365,56 @@ def _requeue(raw: Any, source: str, time: str | None) -> Requeue:
         return Requeue()
     p = "requeue."
     if not isinstance(raw, Mapping):
-        raise SpecError("must be a mapping", file=source, key="requeue",
-                        hint=f"allowed keys: {', '.join(REQUEUE_KEYS)}")
+        raise SpecError(
+            "must be a mapping",
+            file=source,
+            key="requeue",
+            hint=f"allowed keys: {', '.join(REQUEUE_KEYS)}",
+        )
     reject_unknown(raw, REQUEUE_KEYS, file=source, prefix=p)
     enabled = _typed(raw, "enabled", bool, source, default=True, prefix=p)
     sig = str(_typed(raw, "signal", str, source, default="USR2", prefix=p)).upper()
     sig = sig[3:] if sig.startswith("SIG") else sig
     if sig not in SIGNALS:
-        raise SpecError(f"{raw.get('signal')!r} is not allowed", file=source, key=p + "signal",
-                        hint=f"allowed values: {', '.join(SIGNALS)}")
+        raise SpecError(
+            f"{raw.get('signal')!r} is not allowed",
+            file=source,
+            key=p + "signal",
+            hint=f"allowed values: {', '.join(SIGNALS)}",
+        )
     lead = _positive(raw, "lead", source, default=120, prefix=p)
     limit = slurmtime.parse_seconds(time) if time else None
     if limit is not None and lead >= limit:
-        raise SpecError(f"lead {lead} s is not shorter than the time limit ({time})", file=source,
-                        key=p + "lead", hint="the signal must come before the limit")
+        raise SpecError(
+            f"lead {lead} s is not shorter than the time limit ({time})",
+            file=source,
+            key=p + "lead",
+            hint="the signal must come before the limit",
+        )
     budgets = dict(Requeue().budgets)
     given = raw.get("budgets") or {}
     if not isinstance(given, Mapping):
-        raise SpecError("must be a mapping of cause to count", file=source, key=p + "budgets",
-                        hint=f"causes: {', '.join(CAUSES)}; null = unlimited")
+        raise SpecError(
+            "must be a mapping of cause to count",
+            file=source,
+            key=p + "budgets",
+            hint=f"causes: {', '.join(CAUSES)}; null = unlimited",
+        )
     for cause, count in given.items():
         if cause not in CAUSES:
-            raise SpecError(f"unknown cause {cause!r}", file=source, key=f"{p}budgets.{cause}",
-                            hint=f"allowed causes: {', '.join(CAUSES)}")
-        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
-            raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source,
-                            key=f"{p}budgets.{cause}")
+            raise SpecError(
+                f"unknown cause {cause!r}",
+                file=source,
+                key=f"{p}budgets.{cause}",
+                hint=f"allowed causes: {', '.join(CAUSES)}",
+            )
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 0
+        ):
+            raise SpecError(
+                f"expected a count >= 0 or null, got {count!r}",
+                file=source,
+                key=f"{p}budgets.{cause}",
+            )
         budgets[cause] = count
     return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)

@@ -11,7 +11,6 @@ each other.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from typing import Any
@@ -34,8 +33,11 @@ class Loader(yaml.SafeLoader):
                 continue
             if key_node.value in keys:
                 raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    f"found duplicate key {key_node.value}", key_node.start_mark)
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key_node.value}",
+                    key_node.start_mark,
+                )
             keys.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 
@@ -64,7 +66,7 @@ def load(path: str) -> dict[str, Any]:
     """The mapping in the YAML file ``path`` (``{}`` when empty), as ``OmegaConf.load`` +
     ``OmegaConf.to_container`` give it."""
     try:
-        with io.open(os.path.abspath(path), "r", encoding="utf-8") as fh:
+        with open(os.path.abspath(path), encoding="utf-8") as fh:
             data = yaml.load(fh, Loader=Loader)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:  # omegaconf words the error
         raise NeedsOmegaConf(str(exc)) from None

@@ -12,9 +12,15 @@ from slurmkit.runtime import distributed
 info = distributed.init()
 value = torch.tensor([float(info.rank + 1)])
 dist.all_reduce(value)
-record = {"rank": info.rank, "world_size": info.world_size, "local_rank": info.local_rank,
-          "node_rank": info.node_rank, "sum": value.item(), "host": socket.gethostname(),
-          "master": f"{info.master_addr}:{info.master_port}"}
+record = {
+    "rank": info.rank,
+    "world_size": info.world_size,
+    "local_rank": info.local_rank,
+    "node_rank": info.node_rank,
+    "sum": value.item(),
+    "host": socket.gethostname(),
+    "master": f"{info.master_addr}:{info.master_port}",
+}
 with open(os.path.join(os.environ["SLURMKIT_TRIAL_DIR"], f"rank-{info.rank}.json"), "w") as fh:
     json.dump(record, fh)
 dist.destroy_process_group()

@@ -7,12 +7,18 @@ import sys
 import slurmkit
 
 params = slurmkit.params()
-record = {"argv": sys.argv[1:], "params_env": os.environ["SLURMKIT_PARAMS"],
-          "trial_id": os.environ["SLURMKIT_TRIAL_ID"], "trial_dir": os.environ["SLURMKIT_TRIAL_DIR"],
-          "attempt": os.environ["SLURMKIT_ATTEMPT"], "cwd": os.getcwd(),
-          "host": os.uname().nodename}
-with open(os.path.join(os.environ["SLURMKIT_TRIAL_DIR"], "received.json"), "w",
-          encoding="utf-8") as fh:
+record = {
+    "argv": sys.argv[1:],
+    "params_env": os.environ["SLURMKIT_PARAMS"],
+    "trial_id": os.environ["SLURMKIT_TRIAL_ID"],
+    "trial_dir": os.environ["SLURMKIT_TRIAL_DIR"],
+    "attempt": os.environ["SLURMKIT_ATTEMPT"],
+    "cwd": os.getcwd(),
+    "host": os.uname().nodename,
+}
+with open(
+    os.path.join(os.environ["SLURMKIT_TRIAL_DIR"], "received.json"), "w", encoding="utf-8"
+) as fh:
     json.dump(record, fh, ensure_ascii=False)
 print("hello from trial", os.environ["SLURMKIT_TRIAL_INDEX"])
 x = params.get("x", 0)
