@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import PAYLOAD, SLURMKIT, run_cli
+
+pytestmark = pytest.mark.slow  # fresh interpreters, one per module
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGIN_LIBRARIES = ("yaml", "omegaconf", "click", "rich", "submitit", "fsspec", "hydra")

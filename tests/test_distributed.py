@@ -198,6 +198,7 @@ def test_import_is_stdlib_only():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_init_single_process_cpu():
     code = textwrap.dedent("""
         import os, torch, torch.distributed as dist
@@ -219,6 +220,7 @@ def test_init_single_process_cpu():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+@pytest.mark.slow
 def test_gpu_bench_cpu_smoke():
     out = subprocess.run(
         [

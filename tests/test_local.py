@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import PAYLOAD, run_cli
 
 TRICKY = [
@@ -165,6 +166,7 @@ def test_missing_program_fails_cleanly(tmp_path):
     assert st["trials"][0]["state"] == "FAILED" and st["trials"][0]["exit_code"] == 127
 
 
+@pytest.mark.slow
 def test_stopping_a_local_sweep_loses_nothing(tmp_path):
     import signal
     import subprocess

@@ -142,6 +142,7 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_ok(tmp_path):
     out = cli(str(tmp_path), SLURM_JOB_ID="7", SLURM_PROCID="3")
     assert out.returncode == 0, out.stderr
@@ -150,6 +151,7 @@ def test_cli_ok(tmp_path):
     assert out.stdout.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_cli_fails_with_one_line_per_failed_check(tmp_path):
     seen = torch.cuda.device_count()
     out = cli(

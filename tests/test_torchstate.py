@@ -83,6 +83,7 @@ torch.save({{"losses": losses, "params": model.state_dict(), "epoch": pos.epoch}
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "workers,own_generator",
     [(0, False), (2, True)],

@@ -177,24 +177,28 @@ tops = st.one_of(
 # --------------------------------------------------------------------------- #
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(texts)
 def test_is_bare_agrees_with_the_parser(text: str) -> None:
     assert values._is_bare(text) == bare_by_parser(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.one_of(texts, writable_keys, st.integers(), st.floats(), st.booleans(), st.none()))
 def test_format_key_agrees_with_the_parser(key: Any) -> None:
     assert outcome(values._format_key, key) == outcome(key_by_parser, key)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(tops)
 def test_format_value_is_unchanged(value: Any) -> None:
     assert outcome(format_value, value) == outcome(format_by_parser, value)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(writable)
 def test_format_value_round_trips(value: Any) -> None:
