@@ -18,6 +18,7 @@ import time
 import zlib
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import fsspec
 import pytest
@@ -48,7 +49,7 @@ def test_round_trip_and_commit_record(tmp_path: Path) -> None:
     assert ckpt.steps() == [7] and ckpt.latest_step() == 7
     record = json.loads((step_dir(tmp_path, 7) / COMMIT).read_text())
     assert record["step"] == 7 and record["format"] == 1 and record["time"] <= time.time()
-    (name, info), = record["files"].items()
+    ((name, info),) = record["files"].items()
     body = (step_dir(tmp_path, 7) / name).read_bytes()
     assert info == {"size": len(body), "crc32": zlib.crc32(body)}
     assert sorted(os.listdir(step_dir(tmp_path, 7))) == sorted([COMMIT, name])
@@ -58,9 +59,14 @@ def test_tensors_sync_and_async(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
     base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
-    state = {"model": model.state_dict(), "view": base[1:, ::2], "base": base,
-             "param": torch.nn.Parameter(torch.ones(3)), "big": torch.randn(1 << 19),
-             "meta": {"epoch": 3, "sizes": (1, 2)}}
+    state = {
+        "model": model.state_dict(),
+        "view": base[1:, ::2],
+        "base": base,
+        "param": torch.nn.Parameter(torch.ones(3)),
+        "big": torch.randn(1 << 19),
+        "meta": {"epoch": 3, "sizes": (1, 2)},
+    }
     for async_save in (False, True):
         root = tmp_path / str(async_save)
         with Checkpointer(root, async_save=async_save) as ckpt:
@@ -114,8 +120,9 @@ def test_load_latest_skips_damaged(tmp_path: Path) -> None:
     (tmp_path / "unrelated.txt").write_text("x")
     assert Checkpointer(tmp_path).load_latest()[0] == 6
     damage = {
-        6: lambda: data_file(tmp_path, 6).write_bytes(data_file(tmp_path, 6).read_bytes()[:-1]
-                                                    + b"!"),  # bit rot: checksum
+        6: lambda: data_file(tmp_path, 6).write_bytes(
+            data_file(tmp_path, 6).read_bytes()[:-1] + b"!"
+        ),  # bit rot: checksum
         5: lambda: data_file(tmp_path, 5).unlink(),  # missing data file
         4: lambda: (step_dir(tmp_path, 4) / COMMIT).write_text('{"step": 4, "fil'),  # torn record
         3: lambda: os.truncate(data_file(tmp_path, 3), 10),  # torn data file
@@ -144,8 +151,8 @@ class GatedFS(MemoryFileSystem):
     """In-memory filesystem whose file writes wait for ``gate``: a storage as slow as we like."""
 
     protocol = "gatedmem"
-    store: dict = {}
-    pseudo_dirs = [""]
+    store: ClassVar[dict] = {}  # fsspec's memory filesystem keeps its files on the class
+    pseudo_dirs: ClassVar[list] = [""]
     gate = threading.Event()
 
     def _open(self, path, mode="rb", **kwargs):  # type: ignore[override]
@@ -185,13 +192,15 @@ def test_async_save_returns_before_write_and_next_save_waits() -> None:
     ckpt.close()
 
 
-def test_overlapped_snapshot_waits_for_the_optimizer_step(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.slow
+def test_overlapped_snapshot_waits_for_the_optimizer_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With ``overlap=opt``, the optimizer's tensors are copied after ``save`` returns; the next
     ``opt.step()`` waits for that copy, other tensors are copied at once, and the checkpoint holds
     the state as it was when ``save`` was called."""
     torch = pytest.importorskip("torch")
-    from slurmkit.runtime import checkpoint
+    from slurmkit.runtime.checkpoint.snapshot import _Copies
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
@@ -205,16 +214,17 @@ def test_overlapped_snapshot_waits_for_the_optimizer_step(tmp_path: Path,
     train_step()
     state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
     expected = {k: v.clone() for k, v in model.state_dict().items()}
-    expected_opt = {i: {k: v.clone() for k, v in st.items()}
-                    for i, st in opt.state_dict()["state"].items()}
+    expected_opt = {
+        i: {k: v.clone() for k, v in st.items()} for i, st in opt.state_dict()["state"].items()
+    }
     gate = threading.Event()
-    finish = checkpoint._Copies.finish
+    finish = _Copies.finish
 
-    def gated(self: checkpoint._Copies) -> None:
+    def gated(self: _Copies) -> None:
         assert gate.wait(30)
         finish(self)
 
-    monkeypatch.setattr(checkpoint._Copies, "finish", gated)
+    monkeypatch.setattr(_Copies, "finish", gated)
     ckpt = Checkpointer(tmp_path, async_save=True)
     ckpt.save(state, 1, overlap=opt)
     model(torch.randn(8, 64)).square().mean().backward()  # forward changes BatchNorm's buffers
@@ -274,8 +284,9 @@ def test_fsspec_memory_backend(tmp_path: Path) -> None:
     assert ckpt.steps() == [2, 3]
     assert Checkpointer(url).load_latest() == (3, {"step": 3, "blob": bytes(2 << 20)})
     fs = fsspec.filesystem("memory")
-    (data,) = [p for p in fs.ls(f"/ckpt-{os.getpid()}/step-000000000003", detail=False)
-               if "state-" in p]
+    (data,) = [
+        p for p in fs.ls(f"/ckpt-{os.getpid()}/step-000000000003", detail=False) if "state-" in p
+    ]
     fs.pipe(data, b"garbage")
     assert Checkpointer(url).load_latest()[0] == 2
     assert not [p for p in fs.find(f"/ckpt-{os.getpid()}") if ".tmp-" in p]
@@ -323,18 +334,28 @@ print("ok")
 
 def test_full_and_read_only_storage(tmp_path: Path) -> None:
     """A real 1 MiB tmpfs, later remounted read-only, in a private mount namespace (as root)."""
-    if shutil.which("unshare") is None or subprocess.run(
-            ["unshare", "-m", "true"], capture_output=True).returncode != 0:
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0
+    ):
         pytest.skip("needs unshare -m (root) for a private tmpfs mount")
     script = tmp_path / "storage.py"
     script.write_text(STORAGE_SCRIPT.format(root=str(ROOT)))
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c",
-         f"mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs {mnt} && "
-         f"exec {sys.executable} {script} {mnt}"],
-        capture_output=True, text=True, timeout=60)
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs {mnt} && "
+            f"exec {sys.executable} {script} {mnt}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No space left on device" in proc.stdout and "Read-only file system" in proc.stdout
 
@@ -379,6 +400,7 @@ def _phase(root: Path) -> str:
     return "directory created"
 
 
+@pytest.mark.slow
 def test_kill_9_at_random_points_leaves_a_valid_checkpoint(tmp_path: Path) -> None:
     kills = int(os.environ.get("SLURMKIT_CRASH_KILLS", "200"))
     root = tmp_path / "ckpts"
@@ -393,8 +415,9 @@ def test_kill_9_at_random_points_leaves_a_valid_checkpoint(tmp_path: Path) -> No
     phases: Counter[str] = Counter()
     latest = -1
     for _ in range(kills):
-        child = subprocess.Popen([sys.executable, "-S", str(script), str(root)],
-                                 stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-S", str(script), str(root)], stdout=subprocess.PIPE, text=True
+        )
         assert child.stdout is not None and child.stdout.readline() == "ready\n"
         time.sleep(rng.uniform(0, window))
         child.send_signal(signal.SIGKILL)
@@ -409,8 +432,10 @@ def test_kill_9_at_random_points_leaves_a_valid_checkpoint(tmp_path: Path) -> No
         assert step >= latest, f"step went back from {latest} to {step}"
         assert state == content(step)
         latest = step
-    print(f"{kills} kills within {window * 1000:.0f} ms of a start, reached step {latest}; "
-          f"phases at the kill: {dict(phases)}")
+    print(
+        f"{kills} kills within {window * 1000:.0f} ms of a start, reached step {latest}; "
+        f"phases at the kill: {dict(phases)}"
+    )
     assert latest >= kills // 10
     assert len(phases) >= 3, phases
 
@@ -479,20 +504,31 @@ def run_two_ranks(script: str, tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
-    procs = [subprocess.Popen([sys.executable, str(path), str(tmp_path)],
-                              env={**env, "RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(path), str(tmp_path)],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
-    ok = all(p.returncode == 0 and f"rank {r} ok" in out
-             for r, (p, out) in enumerate(zip(procs, outs, strict=True)))
+    ok = all(
+        p.returncode == 0 and f"rank {r} ok" in out
+        for r, (p, out) in enumerate(zip(procs, outs, strict=True))
+    )
     assert ok, "\n".join(f"--- rank {r}:\n{out}" for r, out in enumerate(outs))
 
 
+@pytest.mark.slow
 def test_two_ranks_agree_on_the_step(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
     run_two_ranks(REPLICATED, tmp_path)
 
 
+@pytest.mark.slow
 def test_two_ranks_sharded_dcp(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed.checkpoint")
     pytest.importorskip("numpy", reason="torch.distributed's object collectives (DCP) need numpy")
@@ -536,8 +572,9 @@ def test_cuda_snapshot_is_the_state_when_save_was_called(tmp_path: Path, mode: s
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)],
-                                torch.nn.BatchNorm1d(2048)).cuda()
+    model = torch.nn.Sequential(
+        *[torch.nn.Linear(2048, 2048) for _ in range(8)], torch.nn.BatchNorm1d(2048)
+    ).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     x = torch.randn(512, 2048, device="cuda")
 
@@ -551,9 +588,13 @@ def test_cuda_snapshot_is_the_state_when_save_was_called(tmp_path: Path, mode: s
     with Checkpointer(tmp_path, async_save=mode != "sync") as ckpt:
         for step in (1, 2):
             state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
-            expected = {"model": {k: v.clone() for k, v in state["model"].items()},
-                        "optimizer": {i: {k: v.clone() for k, v in st.items()}
-                                      for i, st in state["optimizer"]["state"].items()}}
+            expected = {
+                "model": {k: v.clone() for k, v in state["model"].items()},
+                "optimizer": {
+                    i: {k: v.clone() for k, v in st.items()}
+                    for i, st in state["optimizer"]["state"].items()
+                },
+            }
             ckpt.save(state, step, overlap=opt if mode == "overlap" else None)
             for _ in range(3):
                 train_step()  # queued at once: races with the copy unless ordered
@@ -608,43 +649,48 @@ def test_cuda_large_snapshot_buffers_are_registered_and_released() -> None:
 
 
 def test_cuda_sync_save_goes_through_a_page_locked_copy(tmp_path: Path, monkeypatch) -> None:
-    """On a GPU (skipped elsewhere): a sync save copies CUDA state into page-locked host
-    memory first, unless that copy would not fit in half the available memory."""
+    """On a GPU (skipped elsewhere): a sync save copies CUDA state into host memory first, so
+    torch.save writes host tensors (the copy is page-locked where large: tests/test_snapshot.py),
+    unless that copy would not fit in half the available memory: then torch.save copies each
+    CUDA storage itself and the file holds CUDA tensors."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from slurmkit.runtime import checkpoint as ck
+    from slurmkit.runtime import memory
 
-    taken: list[int] = []
-    take = ck._Snapshot.take
-    monkeypatch.setattr(ck._Snapshot, "take", lambda self, state, deferred=frozenset():
-                        taken.append(1) or take(self, state, deferred))
-    state = {"w": torch.randn(2048, 2048, device="cuda"),  # 16 MiB: a registered buffer
-             "b": torch.randn(8, device="cuda"), "step": 3}
+    state = {
+        "w": torch.randn(2048, 2048, device="cuda"),  # 16 MiB: a registered buffer
+        "b": torch.randn(8, device="cuda"),
+        "step": 3,
+    }
     cached = torch.cuda.host_memory_stats().get("allocated_bytes.current", 0)
     with Checkpointer(tmp_path) as ckpt:
         ckpt.save(state, 1)
         # nothing stays page-locked: small buffers were pageable, not from torch's pinned cache
         assert torch.cuda.host_memory_stats().get("allocated_bytes.current", 0) == cached
         saved = ckpt.load(1)
-        assert taken == [1] and saved["step"] == 3
+        assert saved["step"] == 3
         assert all(torch.equal(saved[k], state[k].cpu()) for k in ("w", "b"))
-        monkeypatch.setattr(ck.memory, "available", lambda: 0)
+        as_written = ckpt.load(1, map_location=None)  # each tensor where it was when saved
+        assert all(as_written[k].device.type == "cpu" for k in ("w", "b"))
+        monkeypatch.setattr(memory, "available", lambda: 0)
         ckpt.save(state, 2)
-        assert taken == [1] and torch.equal(ckpt.load(2)["w"], state["w"].cpu())
+        assert ckpt.load(2, map_location=None)["w"].is_cuda
+        assert torch.equal(ckpt.load(2)["w"], state["w"].cpu())
 
 
 def test_sync_save_of_state_a_snapshot_would_deep_copy(tmp_path: Path) -> None:
     """Sparse tensors, modules and other objects go to torch.save as they are (a snapshot would
-    fail on some or deep-copy them); plain trees are counted, shared storages once."""
+    fail on some or deep-copy them); dense trees are counted, shared storages once."""
     torch = pytest.importorskip("torch")
-    from slurmkit.runtime.checkpoint import _plain_tensor_bytes
+    from slurmkit.runtime.checkpoint.snapshot import _dense_tree_bytes
 
     w = torch.ones(4, 4)
-    assert _plain_tensor_bytes({"a": w, "b": [w[1:], torch.ones(2, dtype=torch.float64)],
-                                "n": (1, "x", None)}) == (64 + 16, 0)
-    assert _plain_tensor_bytes({"emb": w.to_sparse()}) is None
-    assert _plain_tensor_bytes({"m": torch.nn.Linear(2, 2)}) is None
+    assert _dense_tree_bytes(
+        {"a": w, "b": [w[1:], torch.ones(2, dtype=torch.float64)], "n": (1, "x", None)}
+    ) == (64 + 16, 0)
+    assert _dense_tree_bytes({"emb": w.to_sparse()}) is None
+    assert _dense_tree_bytes({"m": torch.nn.Linear(2, 2)}) is None
     state = {"emb": w.to_sparse(), "m": torch.nn.Linear(2, 2), "w": w}
     with Checkpointer(tmp_path) as ckpt:
         ckpt.save(state, 1)
