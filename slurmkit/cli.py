@@ -414,6 +414,31 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
         click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")
 
 
+@main.command()
+@click.argument("sweep_dir", metavar="DIR")
+@click.option("--json", "as_json", is_flag=True, help="Print the lock's holder as JSON.")
+@_guard
+def unlock(sweep_dir: str, as_json: bool) -> None:
+    """Break the lock of a sweep directory whose holder is gone.
+
+    `sweep --resume` and `cancel` lock the sweep directory while they work; a lock left by a
+    command that died is broken by itself once its heartbeat is a minute old. This breaks it
+    now. Never while the holder still runs: two resumes could then submit the same trials.
+
+    \b
+    Example:
+      slurmkit unlock runs/lr-20261130-101500
+    """
+    from .core.lock import describe  # core.lock: only this command needs it
+    from .steer import unlock as do_unlock  # steer: status and the backends
+
+    holder = do_unlock(sweep_dir)
+    if as_json:
+        _emit_json({"sweep_dir": sweep_dir, "holder": holder})
+    else:
+        click.echo(f"unlocked: it was held for {describe(holder)}" if holder else "not locked")
+
+
 def run() -> NoReturn:
     """The ``slurmkit`` console script: :func:`main`, then a quick exit.
 

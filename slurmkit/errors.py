@@ -38,6 +38,12 @@ class SpecError(UserError):
     """The sweep or job spec (file or overrides) is invalid."""
 
 
+class Busy(UserError):
+    """Another command holds the sweep directory's lock (its holder is named)."""
+
+    exit_code = 1
+
+
 class SchedulerError(UserError):
     """The scheduler refused a request (its own message is relayed)."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import backends, store
 from .backends.base import Stopped
-from .core import states
+from .core import lock, states
 from .core.fsutil import read_json
 from .errors import UserError
 from .status import collect
@@ -106,7 +106,17 @@ def cancel(root: str, dry_run: bool = False) -> Cancelled:
     """Cancel what still runs or waits for the sweep: every backend that submitted some of its
     trials stops them (Slurm: one scancel). With ``dry_run``, only say what would be cancelled."""
     sweep = store.open_sweep(root)
-    current = collect(root)
-    live_jobs = {t.job for t in current.trials if t.job and t.state in states.ACTIVE}
-    stopped = backends.cancel_all(store.submissions(sweep), live_jobs, dry_run)
+    lock = store.locked(sweep, "cancel") if not dry_run else None
+    try:
+        current = collect(root)
+        live_jobs = {t.job for t in current.trials if t.job and t.state in states.ACTIVE}
+        stopped = backends.cancel_all(store.submissions(sweep), live_jobs, dry_run)
+    finally:
+        if lock is not None:
+            lock.release()
     return Cancelled(sweep.root, stopped, dry_run)
+
+
+def unlock(root: str) -> dict[str, Any] | None:
+    """Break the sweep directory's lock by hand (its holder is gone); who held it, if anyone."""
+    return lock.unlock(store.open_sweep(root).root)

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from . import __version__
 from .core.fsutil import atomic_write_json, make_temp_dir, read_json
 from .core.layout import SweepDir
-from .errors import UserError
+from .core.lock import Lock, LockBusy
+from .errors import Busy, UserError
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -43,11 +44,15 @@ def sweep_config(plan: Plan) -> dict[str, Any]:
     }
 
 
-def create(plan: Plan, root: str, submission: dict[str, Any] | None = None) -> SweepDir:
+def create(
+    plan: Plan, root: str, submission: dict[str, Any] | None = None, lock: Lock | None = None
+) -> SweepDir:
     """Write the sweep directory of ``plan`` in a temporary sibling and rename it into place.
 
     Either the whole directory appears, or nothing does. Raises UserError if ``root`` exists.
     ``submission``, when given, is recorded as submission 0 (a script submitted by hand).
+    ``lock`` (unheld) is taken in the new directory before it appears: nobody else can resume
+    or cancel the sweep before its first submission is recorded.
     """
     assert plan.trials is not None, "a new sweep directory needs the expanded trials"
     root = os.path.abspath(root)
@@ -70,8 +75,15 @@ def create(plan: Plan, root: str, submission: dict[str, Any] | None = None) -> S
             fh.writelines(row + "\n" for row in plan.trials.rows)
         if submission is not None:
             record_submission(staging, submission)
+        if lock is not None:
+            lock.moved(tmp)
+            lock.acquire("submit", wait=0)
         os.rename(tmp, root)
+        if lock is not None:
+            lock.moved(root)
     except BaseException:
+        if lock is not None:
+            lock.release()
         remove(SweepDir(tmp))
         raise
     return SweepDir(root)
@@ -102,6 +114,23 @@ def to_yaml(spec: SweepSpec) -> str:
         sort_keys=False,
         allow_unicode=True,
     )
+
+
+def locked(sweep: SweepDir, purpose: str) -> Lock:
+    """The sweep directory's lock, held for ``purpose`` (resume, cancel); Busy naming the holder
+    when another command keeps it longer than ``$SLURMKIT_LOCK_WAIT`` seconds (default 10)."""
+    try:
+        wait = max(0.0, float(os.environ.get("SLURMKIT_LOCK_WAIT", "10")))
+    except ValueError:
+        wait = 10.0
+    lock = Lock(sweep.root)
+    try:
+        lock.acquire(purpose, wait)
+    except LockBusy as exc:
+        raise Busy(
+            str(exc), hint=f"wait for it, or if it is gone: slurmkit unlock {sweep.root}"
+        ) from None
+    return lock
 
 
 def open_sweep(root: str) -> SweepDir:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import backends, render, store
 from . import plan as plans
@@ -16,6 +17,7 @@ from .backends.base import Backend, Progress, Submission
 from .core import states
 from .core.fsutil import read_json
 from .core.layout import SweepDir
+from .core.lock import Lock
 from .errors import UserError
 
 __all__ = ["Submission", "choose_backend", "resume", "submit"]
@@ -66,14 +68,17 @@ def submit(
             dry_run=True,
             ran_here=target.runs_here,
         )
-    sweep = store.create(work, root)
+    lock = Lock(root)
+    sweep = store.create(work, root, lock=lock)
     try:
         if on_target is not None:
             on_target(target, sweep)
-        return target.submit(sweep, work, indices, scripts, on_done)
+        return target.submit(sweep, work, indices, scripts, on_done, lock.release)
     except UserError:
         store.remove(sweep)
         raise
+    finally:
+        lock.release()
 
 
 def resume(
@@ -90,11 +95,30 @@ def resume(
     ``overrides`` may change ``resources.*``, ``max_parallel`` and ``env.*`` (not the trials).
     Running it twice in a row submits nothing the second time.
     """
-    from .status import collect  # ~1 ms: only a resume reads the sweep's state
-
     sweep = store.open_sweep(root)
     config = read_json(sweep.sweep_json)
     spec = spec_mod.resumed(config, overrides, sweep.sweep_json)
+    lock = store.locked(sweep, "resume") if not dry_run else Lock(sweep.root)
+    try:
+        return _resume(sweep, config, spec, overrides, backend, dry_run, on_done, on_target, lock)
+    finally:
+        lock.release()
+
+
+def _resume(
+    sweep: SweepDir,
+    config: dict[str, Any],
+    spec: spec_mod.SweepSpec,
+    overrides: Sequence[str],
+    backend: str | None,
+    dry_run: bool,
+    on_done: Progress | None,
+    on_target: OnTarget | None,
+    lock: Lock,
+) -> Submission:
+    """:func:`resume` with the sweep's lock held (not for a dry run)."""
+    from .status import collect  # ~1 ms: only a resume reads the sweep's state
+
     current = collect(sweep.root)
     todo = [
         t.index
@@ -121,7 +145,7 @@ def resume(
         store.update_config(sweep, work)
     if on_target is not None:
         on_target(target, sweep)
-    return target.submit(sweep, work, todo, scripts, on_done)
+    return target.submit(sweep, work, todo, scripts, on_done, lock.release)
 
 
 def _check_path(root: str) -> None:

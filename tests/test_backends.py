@@ -27,8 +27,9 @@ class FakeBackend(Backend):
     runs_here = False
     sticky = True
 
-    def submit(self, sweep_dir, plan, indices, scripts, on_done) -> Submission:
+    def submit(self, sweep_dir, plan, indices, scripts, on_done, recorded) -> Submission:
         store.record_submission(sweep_dir, {"backend": self.name, "tasks": indices})
+        recorded()
         for i in indices:
             QUEUE[f"fake-{i}"] = TaskState("PENDING", "Resources")
         return Submission(
@@ -135,7 +136,7 @@ def test_resume_goes_back_to_sticky_backends_only():
 def test_latest_submission_owns_a_trial_across_backends(monkeypatch):
     from slurmkit.backends import local
 
-    monkeypatch.setattr(local, "pid_alive", lambda pid: pid == 111)
+    monkeypatch.setattr(local, "running", lambda r: 111 if r.get("pid") == 111 else None)
     records = [
         {"backend": "slurm", "jobs": [{"job_id": "7", "offset": 0, "array": "0-2"}]},
         {"backend": "local", "pid": 111, "indices": "1"},

@@ -234,6 +234,35 @@ def test_external_interruptions_are_handled(slurm_cluster, tmp_path, reference, 
     assert first["exit_code"] == 75  # the trial checkpointed and asked to be requeued
 
 
+@pytest.mark.parametrize("how", ["slurmkit cancel", "scancel of the task", "scancel of the array"])
+def test_a_users_cancel_sticks(slurm_cluster, tmp_path, how):
+    """The trial handles SIGTERM as the README shows: it checkpoints and exits 75. A user's
+    cancel must still end it CANCELLED, with no requeue (before the fix, the runtime passed 75
+    on and the batch shell ran `scontrol requeue`: the task was PENDING again)."""
+    result = submit(tmp_path, resumable("sticky", 3000, 0.05, ""))
+    root = result["sweep_dir"]
+    array = result["jobs"][0]["job_id"]
+    wait_for("training to start", lambda: training(root))
+    time.sleep(2)
+    if how == "slurmkit cancel":
+        proc = run_cli("cancel", root, "--json")
+        assert proc.returncode == 0 and json.loads(proc.stdout)["jobs"] == [array]
+    else:
+        slurm_cluster.run("scancel", f"{array}_0" if how == "scancel of the task" else array)
+    ended = slurm_cluster.wait_for_jobs([array], timeout=90)
+    assert ended == {f"{array}_0": "CANCELLED"}
+    time.sleep(3)  # a requeue would show now: the task PENDING again, Restarts raised
+    [task] = slurm_cluster.jobs(f"{array}_0")
+    assert (task["JobState"], task["Restarts"]) == ("CANCELLED", "0")
+    status = trial_status(root)
+    assert status["state"] == "CANCELLED" and len(status["attempts"]) == 1, status
+    assert status["attempts"][0]["exit_code"] == 75  # it checkpointed and asked to be requeued
+    assert status["attempts"][0]["signals"] == ["TERM"]
+    assert collect(root).counts == {"CANCELLED": 1}
+    log = next((Path(root) / "logs").glob("*.out")).read_text()
+    assert "scontrol requeue" not in log
+
+
 def test_error_budget_exhausted_fails_with_cause(slurm_cluster, tmp_path):
     result = submit(
         tmp_path,

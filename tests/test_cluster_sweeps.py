@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, ROOT, run_cli
+from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli
 from test_local import TRICKY
 
 from slurmkit.errors import SchedulerError
@@ -264,3 +264,78 @@ def test_wait_follows_the_sweep_to_its_end(slurm_cluster, tmp_path):
     assert proc.returncode == 1, proc.stderr  # two trials failed
     root = json.loads(proc.stdout)["sweep_dir"]
     assert collect(root).counts == {"COMPLETED": 2, "FAILED": 2}  # finished when --wait returned
+
+
+def _resume_twice(root: str, *overrides: str) -> list[dict]:
+    """Two `sweep --resume` at once; what each submitted."""
+    argv = [*SLURMKIT, "sweep", "--resume", root, "--backend", "slurm", "--json", *overrides]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    return [json.loads(out) for out, _ in outs]
+
+
+def _overlap(attempts: list[dict]) -> int:
+    """The most attempts that ran at the same time."""
+    edges = sorted([(a["start"], 1) for a in attempts] + [(a["end"], -1) for a in attempts])
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_concurrent_resumes_submit_every_trial_once(slurm_cluster, tmp_path):
+    """20 rounds of two resumes racing: one submits the 4 trials, the other nothing (they are
+    queued by then); in the last round they run: each once, never more than max_parallel."""
+    result = submit(
+        tmp_path,
+        "command: [sleep, '1']\nargs: none\nparams: {i: 'range(0,4)'}\nmax_parallel: 2\n"
+        "resources: {extra: {hold: true}}\n",
+    )
+    root = result["sweep_dir"]
+    arrays = {result["jobs"][0]["job_id"]}
+    assert run_cli("cancel", root).returncode == 0
+    for _ in range(20):
+        wait_sweep(root, timeout=60)
+        both = _resume_twice(root)
+        assert sorted(len(r["indices"]) for r in both) == [0, 4], both
+        arrays |= {j["job_id"] for r in both for j in r["jobs"]}
+        done = json.loads(run_cli("cancel", root, "--json").stdout)
+        assert len(done["jobs"]) == 1
+    wait_sweep(root, timeout=60)
+    both = _resume_twice(root, "resources.extra.hold=false")
+    assert sorted(len(r["indices"]) for r in both) == [0, 4]
+    final = wait_sweep(root, timeout=120)
+    assert final["counts"] == {"COMPLETED": 4}
+    attempts = []
+    for trial in final["trials"]:
+        status = json.loads((Path(root) / "trials" / trial["id"] / "status.json").read_text())
+        assert [a["state"] for a in status["attempts"]] == ["COMPLETED"], status["attempts"]
+        attempts += status["attempts"]
+    assert _overlap(attempts) <= 2
+    assert len(arrays) == 22  # every round's array was a new one, and no round made two
+
+
+def test_resume_racing_a_running_array_submits_nothing(slurm_cluster, tmp_path):
+    result = submit(
+        tmp_path,
+        "command: [sleep, '4']\nargs: none\nparams: {i: 'range(0,4)'}\nmax_parallel: 2\n",
+    )
+    root = result["sweep_dir"]
+    end = time.time() + 60
+    while collect(root).counts.get("RUNNING", 0) < 1 and time.time() < end:
+        time.sleep(0.3)
+    for r in _resume_twice(root):
+        assert r["indices"] == [] and r["jobs"] == []
+    final = wait_sweep(root, timeout=120)
+    assert final["counts"] == {"COMPLETED": 4}
+    attempts = []
+    for trial in final["trials"]:
+        status = json.loads((Path(root) / "trials" / trial["id"] / "status.json").read_text())
+        assert len(status["attempts"]) == 1
+        attempts += status["attempts"]
+    assert _overlap(attempts) <= 2

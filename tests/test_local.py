@@ -207,3 +207,45 @@ def test_stopping_a_local_sweep_loses_nothing(tmp_path):
         t["index"] for t in st["trials"] if t["state"] != "COMPLETED"
     )
     assert json.loads(run_cli("status", root, "--json").stdout)["counts"] == {"COMPLETED": 4}
+
+
+def _record(root: str, **fields) -> None:
+    subs = sorted((Path(root) / "submissions").glob("*.json"))
+    number = len(subs)
+    (Path(root) / "submissions" / f"{number:04d}.json").write_text(
+        json.dumps({"number": number, "backend": "local", "indices": "0", **fields})
+    )
+
+
+def test_cancel_never_signals_a_process_that_is_not_ours(tmp_path):
+    """A finished local run's pid now belongs to another process: cancel leaves it alone (and
+    pid 1, and records without the process's start time); the very process is stopped."""
+    import signal
+    import subprocess
+
+    from slurmkit.backends.local import identity
+
+    _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")
+    root = result["sweep_dir"]
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        ours = identity(other.pid)
+        _record(root, **{**ours, "pid_start": ours["pid_start"] - 1})  # the pid was reused
+        _record(root, **{**ours, "pid": 1, "pid_start": identity(1)["pid_start"]})
+        _record(root, pid=other.pid)  # an older record: no start time to check
+        _record(root, **{**ours, "boot_id": "another-boot"})
+        for args in ([], ["--dry-run"]):
+            done = json.loads(run_cli("cancel", root, "--json", *args).stdout)
+            assert done["local_pids"] == []
+        assert other.poll() is None, "an unrelated process was signalled"
+        status = json.loads(run_cli("status", root, "--json").stdout)
+        assert status["trials"][0]["state"] == "COMPLETED"
+        _record(root, **ours)  # the same process: it is ours
+        would = json.loads(run_cli("cancel", root, "--json", "--dry-run").stdout)
+        assert would["local_pids"] == [other.pid] and other.poll() is None
+        done = json.loads(run_cli("cancel", root, "--json").stdout)
+        assert done["local_pids"] == [other.pid]
+        assert other.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        other.kill()
+        other.wait()

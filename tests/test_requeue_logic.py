@@ -67,6 +67,13 @@ def test_decide_budgets_per_cause():
     assert out.state == "CANCELLED" and out.code == 143
 
 
+def test_a_cancelled_trial_that_checkpointed_is_not_requeued():
+    """The trial handled SIGTERM, checkpointed and exited 75: the user cancelled, so the
+    runtime must not pass 75 on (the batch shell would run `scontrol requeue`)."""
+    out = requeue.decide(REQUEUE_EXIT, None, True, [], BUDGETS)
+    assert out.state == "CANCELLED" and out.code != REQUEUE_EXIT and out.code == 143
+
+
 def _sweep_with_vanished_attempt(tmp_path, spec_file, budget: int):
     from slurmkit import plan, store
     from slurmkit import spec as spec_mod

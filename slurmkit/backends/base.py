@@ -118,9 +118,12 @@ class Backend(ABC):
         indices: list[int],
         scripts: Sequence[tuple[Chunk, str]],
         on_done: Progress | None,
+        recorded: Callable[[], None],
     ) -> Submission:
         """Submit trials ``indices`` of ``plan`` (``scripts``: the rendered script of each
-        chunk), record the submission in the sweep directory, and say what was done."""
+        chunk), record the submission in the sweep directory, and say what was done. Call
+        ``recorded()`` as soon as the record is complete: the sweep's lock is released then
+        (trials that run here run after it)."""
 
     @abstractmethod
     def indices(self, record: dict[str, Any]) -> list[int]:

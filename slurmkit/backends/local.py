@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
@@ -49,10 +50,12 @@ class LocalBackend(Backend):
         indices: list[int],
         scripts: Sequence[tuple[Chunk, str]],
         on_done: Progress | None,
+        recorded: Callable[[], None],
     ) -> Submission:
         store.record_submission(
-            sweep, {"backend": self.name, "pid": os.getpid(), "indices": compress(indices)}
+            sweep, {"backend": self.name, **identity(os.getpid()), "indices": compress(indices)}
         )
+        recorded()
         result = Submission(
             sweep.root, self.name, plan.total, indices, note=self.note, ran_here=True
         )
@@ -69,18 +72,14 @@ class LocalBackend(Backend):
     ) -> dict[int, LiveTask]:
         alive: dict[int, bool] = {}
         for record in records:
-            here = pid_alive(record.get("pid"))
+            here = running(record) is not None
             alive.update((i, here) for i in self.indices(record))
         return {i: LiveTask(None, None, here) for i, here in alive.items() if i in owned}
 
     def cancel(
         self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
     ) -> list[Stopped]:
-        pids = [
-            r["pid"]
-            for r in records
-            if r.get("pid") and r["pid"] != os.getpid() and pid_alive(r["pid"])
-        ]
+        pids = [pid for r in records if (pid := running(r)) is not None and pid != os.getpid()]
         if not dry_run:
             for pid in pids:
                 try:
@@ -90,15 +89,48 @@ class LocalBackend(Backend):
         return [Stopped(self.cancel_key, pid, f"local pid {pid}") for pid in pids]
 
 
-def pid_alive(pid: int | None) -> bool:
-    """A process with this pid exists here and has not exited (a zombie has)."""
-    if not pid:
-        return False
+def identity(pid: int) -> dict[str, Any]:
+    """What tells this process apart from a later one with the same pid: its host, the host's
+    boot, and its start time (clock ticks since boot, /proc/PID/stat field 22)."""
+    return {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "boot_id": _boot_id(),
+        "pid_start": _stat(pid)[1],
+    }
+
+
+def running(record: dict[str, Any]) -> int | None:
+    """The pid of a submission record's process when that very process still runs here: the
+    same host, boot and start time, not a zombie. A record without them (older slurmkit), a
+    pid of 1 or less, or a pid reused by another process gives None: never signal those."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
+        return None
+    if (record.get("host"), record.get("boot_id")) != (socket.gethostname(), _boot_id()):
+        return None
+    state, start = _stat(pid)
+    if state in (None, "Z", "X") or start is None or start != record.get("pid_start"):
+        return None
+    return pid
+
+
+def _stat(pid: int) -> tuple[str | None, int | None]:
+    """A process's state letter and start time, from /proc/PID/stat; (None, None) if gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None, None
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
 
 
 def default_parallel() -> int:

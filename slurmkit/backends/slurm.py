@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import store
+from ..core import states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..errors import SchedulerError, UserError
 from .base import Backend, LiveTask, Probe, Progress, Stopped, Submission, TaskState
@@ -58,6 +59,7 @@ class SlurmBackend(Backend):
         indices: list[int],
         scripts: Sequence[tuple[Chunk, str]],
         on_done: Progress | None,
+        recorded: Callable[[], None],
     ) -> Submission:
         """One ``sbatch`` per chunk; on a refusal, the arrays already submitted are cancelled
         and the submission record is removed."""
@@ -87,6 +89,7 @@ class SlurmBackend(Backend):
             store.drop_submission(sweep, number)
             raise
         store.update_submission(sweep, number, state="submitted", jobs=jobs)
+        recorded()
         result.jobs = jobs
         return result
 
@@ -117,7 +120,11 @@ class SlurmBackend(Backend):
         self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
     ) -> list[Stopped]:
         ours = {job["job_id"] for record in records for job in record.get("jobs", [])}
-        arrays = sorted({job.split("_")[0] for job in live_jobs} & ours)
+        # every array of ours that the scheduler still runs or queues, also those that no
+        # longer own a trial (a concurrent resume's): one more query, only when cancelling
+        answer = query(ours) if ours and available() else {}
+        still = {job for (job, _), task in answer.items() if task.state in states.SLURM_ACTIVE}
+        arrays = sorted(({job.split("_")[0] for job in live_jobs} | still) & ours)
         if not dry_run:
             cancel(arrays)
         return [Stopped(self.cancel_key, job, job) for job in arrays]

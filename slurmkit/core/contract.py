@@ -4,5 +4,8 @@ from __future__ import annotations
 
 # A trial (or the runtime) exits with this to say "I checkpointed: requeue me" (EX_TEMPFAIL).
 REQUEUE_EXIT = 75
+# What the runtime exits with for a cancelled trial that checkpointed and asked for a requeue
+# (exit 75): a user's cancel sticks, so never REQUEUE_EXIT (128 + SIGTERM, as if killed).
+CANCELLED_EXIT = 143
 # The signal that asks a trial to checkpoint and stop, as a name without "SIG" (e.g. USR2).
 ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"

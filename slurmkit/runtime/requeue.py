@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core import slurmtime, states
-from ..core.contract import REQUEUE_EXIT
+from ..core.contract import CANCELLED_EXIT, REQUEUE_EXIT
 
 # What classify() looked at, kept in each attempt's record.
 EVIDENCE = ("JobState", "Reason", "Restarts", "NodeState", "PreemptTime", "EndTime", "RunTime")
@@ -127,8 +127,12 @@ def decide(
     if code == 0:
         return Outcome(states.COMPLETED, 0)
     if signalled or code == REQUEUE_EXIT:
-        if signalled and cause is None:
-            return Outcome(states.CANCELLED, code, reason="cancelled")
+        if signalled and cause is None:  # a user's cancel sticks: never "requeue me"
+            return Outcome(
+                states.CANCELLED,
+                CANCELLED_EXIT if code == REQUEUE_EXIT else code,
+                reason="cancelled",
+            )
         cause = cause or "preemption"
     else:
         cause = "error"
