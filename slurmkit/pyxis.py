@@ -124,6 +124,7 @@ _PATH = re.compile(r"^/[^\s'\"$`\\,:]*$")  # expressible in --container-mounts
 _WORKDIR = re.compile(r"^/[^\s'\"$`\\]*$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_RENDERED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # NAME-DIGEST-JOBID
 _UNSAFE_HINT = "an absolute path without whitespace, quotes, '$', '\\', ',' or ':'"
 
 
@@ -427,9 +428,10 @@ def srun_options(
     opts.append(f"--container-workdir={workdir}")
     if c.name is not None:
         digest = _image_digest(c.uri, submit_dir)
-        opts.append(
-            f"--container-name={c.name}-{digest}" + (f":{c.name_flag}" if c.name_flag else "")
-        )
+        # the job id (filled in by the runtime) keeps jobs from sharing a container: tasks
+        # starting at once on a node raced to create one, and a half-made one stayed broken
+        flag = f":{c.name_flag}" if c.name_flag else ""
+        opts.append(f"--container-name={c.name}-{digest}-{{job_id}}{flag}")
     names = list(dict.fromkeys([*KEEP_ALWAYS, *c.env_keep, *env_names]))
     opts.append(f"--container-env={','.join(names)}")
     for value, on, off in (
@@ -464,7 +466,7 @@ def _check_value(name: str, value: str) -> None:
             raise ValueError("not an absolute file path")
     elif name == "container-name":
         base, _, flag = value.partition(":")
-        if not _NAME.match(base) or (flag and flag not in NAME_FLAGS):
+        if not _RENDERED_NAME.match(base) or (flag and flag not in NAME_FLAGS):
             raise ValueError(f"not NAME[:{'|'.join(NAME_FLAGS)}]")
     elif name == "container-env" and not all(_ENV.match(v) for v in value.split(",")):
         raise ValueError("not a comma-separated list of variable names")

@@ -9,6 +9,7 @@ import pytest
 
 from slurmkit import pyxis
 from slurmkit.core.profiles import PROFILES
+from slurmkit.core.rendezvous import fill
 from slurmkit.errors import SpecError
 from slurmkit.pyxis import enroot_uri, validate_option
 from slurmkit.spec.model import CONTAINER_KEYS
@@ -22,10 +23,12 @@ def container_options(container, *, submit_dir=None, env_names=(), source=None) 
 
 
 def render(submit_dir: str = "/mnt/home/me/proj", **container) -> list[str]:
+    """The options as the runtime passes them to srun (the job id filled in), each checked."""
     opts = container_options(container, submit_dir=submit_dir, source="job.yaml")
-    for opt in opts:
+    filled = fill({"step": opts}, {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "SLURM_JOB_ID": "4242"})
+    for opt in filled:
         validate_option(opt)
-    return opts
+    return filled
 
 
 def option(opts: list[str], name: str) -> str | None:
@@ -101,13 +104,13 @@ def test_full_block_renders_in_order():
         mount_home=True,
         name="train:exec",
     )
-    digest = opts[3].split("-")[-1].split(":")[0]
+    digest = opts[3].split("-")[-2]
     assert opts == [
         "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
         "--container-mounts=/mnt/data:/data:ro+rprivate,tmpfs:/scratch:size=8G+mode=1777,"
         "/mnt/home:/mnt/home,umount:/opt/unwanted",
         "--container-workdir=/workspace",
-        f"--container-name=train-{digest}:exec",
+        f"--container-name=train-{digest}-4242:exec",
         "--container-env=MASTER_ADDR,MASTER_PORT,WANDB_API_KEY",
         "--container-writable",
         "--no-container-remap-root",
@@ -183,13 +186,27 @@ def test_name_digest_follows_the_image_not_its_spelling(tmp_path):
     a = name("nvcr.io/nvidia/pytorch:24.01-py3")
     assert a == name("nvcr.io#nvidia/pytorch:24.01-py3")
     assert a != name("nvcr.io/nvidia/pytorch:24.02-py3")
-    assert a.startswith("train-") and len(a) == len("train-") + 8
+    assert a.startswith("train-") and a.endswith("-{job_id}")
+    assert len(a) == len("train-") + 8 + len("-{job_id}")
     image = tmp_path / "train.sqsh"
     image.write_bytes(b"v1")
     first = name("./train.sqsh", str(tmp_path))
     assert first == name("./train.sqsh", str(tmp_path))
     image.write_bytes(b"v2, re-imported")
     assert name("./train.sqsh", str(tmp_path)) != first
+
+
+def test_named_containers_are_never_shared_across_jobs():
+    """Every job gets its own container: tasks of one array start on one node at once, and a
+    shared name let them race to create it (pyxis's container_scope=global, its default)."""
+    one = render(image="ubuntu", name="train")
+    other = fill(
+        {"step": container_options({"image": "ubuntu", "name": "train"})},
+        {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "SLURM_JOB_ID": "4243"},
+    )
+    names = [option(one, "container-name"), option(other, "container-name")]
+    assert names[0].endswith("-4242") and names[1].endswith("-4243")
+    assert names[0][: -len("4242")] == names[1][: -len("4243")]  # same image, same base
 
 
 @pytest.mark.parametrize(

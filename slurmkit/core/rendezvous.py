@@ -44,8 +44,12 @@ def rendezvous(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+CONTAINER_NAME = "--container-name="  # its value ends with {job_id}: one container per job
+
+
 def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
-    """The argv prefix with the launcher's tokens replaced (only in our own launcher part)."""
+    """The argv prefix with the tokens replaced: in our own launcher part, and the job id in
+    the (validated) container name; never in the user's values (paths may hold braces)."""
     values = {
         "{master_addr}": env["MASTER_ADDR"],
         "{master_port}": env["MASTER_PORT"],
@@ -57,4 +61,8 @@ def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
         for token, value in values.items():
             arg = arg.replace(token, value)
         launcher.append(arg)
-    return [*launch.get("step", []), *launcher]
+    step = [
+        arg.replace("{job_id}", values["{job_id}"]) if arg.startswith(CONTAINER_NAME) else arg
+        for arg in launch.get("step", [])
+    ]
+    return [*step, *launcher]
