@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -88,8 +89,24 @@ def _outcome(result: Any, as_json: bool) -> None:
 
 
 def _emit_json(obj: Any) -> None:
-    """One JSON document on one line (json's C encoder; pipe it to ``jq`` to read it)."""
-    click.echo(json.dumps(obj, default=str, ensure_ascii=False))
+    """One JSON document on one line (json's C encoder; pipe it to ``jq`` to read it), strict
+    JSON: a NaN or infinite float is the string "NaN", "Infinity" or "-Infinity"."""
+    try:
+        text = json.dumps(obj, default=str, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a non-finite float: only then walk the whole document
+        text = json.dumps(_finite(obj), default=str, ensure_ascii=False)
+    click.echo(text)
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float (in dicts, lists, tuples) spelled as a string."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -127,6 +144,7 @@ def main() -> None:
     "--plain", is_flag=True, help="With --dry-run: render a self-contained script for plain sbatch."
 )
 @click.option("--wait", is_flag=True, help="On Slurm, follow the sweep until every trial ends.")
+@click.option("--yes", is_flag=True, help="Submit even more than 100,000 trials.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
 def sweep(
@@ -137,6 +155,7 @@ def sweep(
     dry_run: bool,
     plain: bool,
     wait: bool,
+    yes: bool,
     as_json: bool,
 ) -> None:
     """Expand SPEC (YAML) into trials and run them as one Slurm job array.
@@ -183,6 +202,7 @@ def sweep(
             dry_run=dry_run,
             on_done=reporter.trial_done,
             on_target=reporter.start,
+            yes=yes,
         )
     reporter.stop()
     _outcome(result, as_json)
@@ -305,7 +325,13 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("sweep_dir", metavar="DIR")
-@click.option("--json", "as_json", is_flag=True, help="Print every trial as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print every trial, with its metrics, as JSON (NaN, infinities: "NaN", "Infinity", '
+    '"-Infinity").',
+)
 @click.option("--watch", is_flag=True, help="Refresh until every trial has finished.")
 @click.option("--interval", default=5.0, show_default=True, help="Seconds between refreshes.")
 @click.option("--all", "show_all", is_flag=True, help="List every trial (default: 25 rows).")
@@ -321,18 +347,19 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
       slurmkit status runs/lr-20261130-101500 --watch
       slurmkit status runs/lr-20261130-101500 --json | jq .counts
     """
-    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
     from .status import collect  # status: the backends' queries
 
     if watch:
-        current = ui.watch(lambda: collect(sweep_dir), interval, show_all)
+        from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+        current = ui.watch(lambda: collect(sweep_dir, with_metrics=as_json), interval, show_all)
     else:
-        current = collect(sweep_dir)
-        if as_json:
-            _emit_json(current.as_dict())
-        else:
+        current = collect(sweep_dir, with_metrics=as_json)  # metrics.json: only for --json
+        if not as_json:
+            from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
             ui.print_status(current, show_all)
-    if watch and as_json:
+    if as_json:
         _emit_json(current.as_dict())
     sys.exit(1 if current.failed else 0)
 
@@ -341,7 +368,12 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
 @click.argument("sweep_dir", metavar="DIR")
 @click.option("--sort", "sort_key", metavar="METRIC", help="Sort by this metric (or parameter).")
 @click.option("--desc", is_flag=True, help="Largest first.")
-@click.option("--json", "as_json", is_flag=True, help="Print rows as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print rows as JSON (NaN, infinities: "NaN", "Infinity", "-Infinity").',
+)
 @click.option("--csv", "as_csv", is_flag=True, help="Print rows as CSV.")
 @click.option("--limit", type=int, default=None, help="Show at most this many rows.")
 @_guard
@@ -350,20 +382,25 @@ def results(
 ) -> None:
     """Parameters and reported metrics of every trial.
 
+    A metric named like a parameter (or index, id, state) is the column metrics.NAME. With
+    --sort, NaN and then missing values come last, --desc or not.
+
     \b
     Examples:
       slurmkit results runs/lr-20261130-101500 --sort loss
       slurmkit results runs/lr-20261130-101500 --sort acc --desc --limit 5
       slurmkit results runs/lr-20261130-101500 --csv > results.csv
     """
-    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
     from .steer import results_table  # steer: status and the sweep directory
 
     rows, columns = results_table(sweep_dir, sort_key, desc)
     rows = rows[:limit] if limit is not None else rows
     if as_json:
         _emit_json(rows)
-    elif as_csv:
+        return
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+    if as_csv:
         ui.print_csv(rows, columns)
     else:
         ui.print_results(rows, columns)

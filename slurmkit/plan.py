@@ -118,6 +118,13 @@ class Chunk(NamedTuple):
         return f"{spec}%{max_parallel}" if max_parallel else spec
 
 
+def count(spec: SweepSpec) -> int:
+    """How many trials :func:`expand` makes, without making them."""
+    return spec.num_samples * math.prod(
+        len(d.values) for d in spec.params.values() if isinstance(d, Choice)
+    )
+
+
 def expand(spec: SweepSpec) -> Trials:
     """All trials: ``num_samples`` x the grid, random parameters drawn from ``seed``.
 

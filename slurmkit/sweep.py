@@ -23,6 +23,7 @@ from .errors import UserError
 __all__ = ["Submission", "choose_backend", "resume", "submit"]
 
 OnTarget = Callable[[Backend, SweepDir], None]  # told where trials go, before they are submitted
+LARGE = 100_000  # a sweep of more trials needs yes=True (--yes): a typo can make millions
 
 
 def choose_backend(name: str) -> Backend:
@@ -38,20 +39,37 @@ def submit(
     dry_run: bool = False,
     on_done: Progress | None = None,
     on_target: OnTarget | None = None,
+    yes: bool = False,
 ) -> Submission:
     """Create the sweep directory and submit every trial.
 
     Nothing is left behind when the spec is invalid or the scheduler refuses the first array.
+    More than :data:`LARGE` trials need ``yes``; they are checked against what the scheduler
+    holds before they are expanded.
     """
+    total = plans.count(spec)
+    if total > LARGE and not (yes or dry_run):
+        raise UserError(
+            f"{total} trials: more than {LARGE} need a confirmation",
+            file=spec.source,
+            key="params",
+            hint="pass --yes (yes=True) to submit them, or --dry-run to look first",
+        )
     choosing = backends.Choosing(backend)
+    target = None
+    if total > LARGE:  # ask the scheduler first: expanding millions takes a while
+        target = choosing.result()
+        if not dry_run:
+            target.check(spec, total)
     try:
         trials = plans.expand(spec)  # while the scheduler is asked
     except BaseException:
         choosing.cancel()
         raise
-    target = choosing.result()
-    if not dry_run:
-        target.check(spec)
+    if target is None:
+        target = choosing.result()
+        if not dry_run:
+            target.check(spec, total)
     root = os.path.abspath(sweep_dir) if sweep_dir else store.default_root(spec)
     _check_path(root)
     work = plans.make(spec, trials, os.getcwd())
@@ -127,7 +145,7 @@ def _resume(
     ]
     target = choose_backend(backend or backends.for_resume(store.submissions(sweep)))
     if todo and not dry_run:
-        target.check(spec)
+        target.check(spec, len(todo))
     work = plans.resumed(spec, config, len(current.trials), changed=bool(overrides))
     scripts = render.scripts(work, todo, target.max_array_size, sweep.root) if todo else []
     if dry_run or not todo:

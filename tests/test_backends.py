@@ -145,3 +145,56 @@ def test_latest_submission_owns_a_trial_across_backends(monkeypatch):
     live = backends.live_tasks(records, lambda i: True)
     assert live[0] == LiveTask("7_0", None, False) and live[2] == LiveTask("7_2", None, False)
     assert live[1] == LiveTask(None, None, True)
+
+
+def test_more_trials_than_the_cluster_holds_are_refused_before_expanding(
+    monkeypatch, spec_file, tmp_path
+):
+    """MaxJobCount of 5 (a controller's answer, faked): 6 trials are refused with the limit
+    named, and nothing is created."""
+    from slurmkit.backends import slurm
+
+    class Answer:
+        def result(self) -> Backend:
+            return slurm.SlurmBackend(max_jobs=5)
+
+        def cancel(self) -> None:
+            pass
+
+    monkeypatch.setattr(slurm.SlurmBackend, "probe", classmethod(lambda cls, timeout: Answer()))
+    body = f"command: x\nparams: {{a: 'range(0,6)'}}\noutput_root: {tmp_path / 'runs'}\n"
+    s = spec_mod.load(str(spec_file(body)))
+    with pytest.raises(UserError) as info:
+        sweep.submit(s, backend="slurm")
+    assert "at most 5 jobs" in info.value.message and "MaxJobCount" in info.value.message
+    assert info.value.exit_code == 2 and not (tmp_path / "runs").exists()
+
+
+def test_a_huge_sweep_needs_yes_and_is_not_expanded_without_it(monkeypatch, spec_file, tmp_path):
+    from slurmkit import plan
+
+    expanded: list[int] = []
+    real = plan.expand
+    monkeypatch.setattr(plan, "expand", lambda s: expanded.append(1) or real(s))
+    body = "command: x\nparams: {a: 'range(0,1000)', b: 'range(0,1000)'}\n"
+    s = spec_mod.load(str(spec_file(body + f"output_root: {tmp_path / 'runs'}\n")))
+    with pytest.raises(UserError) as info:
+        sweep.submit(s, backend="local")
+    assert "1000000 trials" in info.value.message and "--yes" in info.value.hint
+    assert expanded == [] and not (tmp_path / "runs").exists()
+
+
+def test_a_slow_scheduler_command_says_what_it_printed():
+    """sbatch retries for a minute when the controller is full: the error shows its words
+    instead of guessing that slurmctld is down."""
+    from slurmkit.backends.slurm import Command
+
+    said = "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying"
+    slow = Command(["sh", "-c", f"echo '{said}' >&2; exec sleep 30"], timeout=1)
+    with pytest.raises(SchedulerError) as info:
+        slow.wait()
+    assert said in info.value.message and "MaxJobCount" in info.value.hint
+    quiet = Command(["sleep", "30"], timeout=0.5)
+    with pytest.raises(SchedulerError) as info:
+        quiet.wait()
+    assert "scontrol ping" in info.value.hint

@@ -339,3 +339,16 @@ def test_resume_racing_a_running_array_submits_nothing(slurm_cluster, tmp_path):
         assert len(status["attempts"]) == 1
         attempts += status["attempts"]
     assert _overlap(attempts) <= 2
+
+
+def test_a_sweep_larger_than_max_job_count_is_refused_before_expanding(slurm_cluster, tmp_path):
+    limit = int(slurm_cluster.config()["MaxJobCount"])
+    spec = tmp_path / "big.yaml"
+    spec.write_text(f"command: x\nparams: {{i: 'range(0,{limit + 1})'}}\n")
+    argv = ["sweep", str(spec), f"output_root={tmp_path / 'runs'}", "--backend", "slurm"]
+    proc = run_cli(*argv, cwd=tmp_path)
+    assert proc.returncode == 2 and "--yes" in proc.stderr  # over 100,000: confirm first
+    proc = run_cli(*argv, "--yes", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert f"at most {limit} jobs" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE
+from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..core.layout import SweepDir
@@ -93,8 +94,15 @@ class Backend(ABC):
     runs_here: ClassVar[bool]  # trials run (and end) within the submit call
     sticky: ClassVar[bool]  # a resume without --backend comes back here (else: auto)
 
-    def __init__(self, *, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, note: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        max_array_size: int = DEFAULT_MAX_ARRAY_SIZE,
+        max_jobs: int | None = None,
+        note: str = "",
+    ) -> None:
         self.max_array_size = max_array_size  # array task ids stay below it
+        self.max_jobs = max_jobs  # how many jobs (array tasks) the scheduler holds at once
         self.note = note  # why it was chosen, for people
 
     @classmethod
@@ -107,8 +115,17 @@ class Backend(ABC):
         """Start asking whether it can run trials now (SchedulerError when it cannot even ask)."""
         return Probe(cls())
 
-    def check(self, spec: SweepSpec) -> None:  # noqa: B027 - most backends run any spec
-        """Raise UserError when it cannot run ``spec``'s trials (before anything is created)."""
+    def check(self, spec: SweepSpec, trials: int) -> None:
+        """Raise UserError when it cannot run ``trials`` trials of ``spec`` (before anything is
+        created): by default, when they do not fit what the scheduler holds."""
+        if self.max_jobs is not None and trials > self.max_jobs:
+            raise UserError(
+                f"{trials} trials do not fit: this cluster holds at most {self.max_jobs} jobs "
+                "at once (MaxJobCount; every array task is a job)",
+                file=spec.source,
+                key="params",
+                hint="split the search space over several sweeps, or ask the admins",
+            )
 
     @abstractmethod
     def submit(

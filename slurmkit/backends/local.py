@@ -35,7 +35,7 @@ class LocalBackend(Backend):
     runs_here = True
     sticky = False
 
-    def check(self, spec: SweepSpec) -> None:
+    def check(self, spec: SweepSpec, trials: int) -> None:
         if spec.container is not None:
             raise UserError(
                 "container trials need Slurm with pyxis; the local backend runs none",

@@ -42,7 +42,8 @@ class SlurmBackend(Backend):
     def probe(cls, timeout: float) -> _ConfigProbe:
         return _ConfigProbe(start_config(timeout))
 
-    def check(self, spec: SweepSpec) -> None:
+    def check(self, spec: SweepSpec, trials: int) -> None:
+        super().check(spec, trials)
         if spec.container is not None and not has_pyxis():
             raise UserError(
                 "this cluster has no pyxis: srun does not know --container-image",
@@ -131,13 +132,15 @@ class SlurmBackend(Backend):
 
 
 class _ConfigProbe(Probe):
-    """The controller asked for its configuration; :meth:`result` reads MaxArraySize."""
+    """The controller asked for its configuration; :meth:`result` reads MaxArraySize and
+    MaxJobCount."""
 
     def __init__(self, command: Command) -> None:
         self.command = command
 
     def result(self) -> SlurmBackend:
-        return SlurmBackend(max_array_size=max_array_size(read_config(self.command)))
+        config = read_config(self.command)
+        return SlurmBackend(max_array_size=max_array_size(config), max_jobs=max_job_count(config))
 
     def cancel(self) -> None:
         self.command.kill()
@@ -172,18 +175,22 @@ class Command:
         try:
             out, err = self.proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            self.kill()
+            said = _first(self.kill()[1], last=True)  # what it said while it waited, if anything
             raise SchedulerError(
-                f"{self.argv[0]} did not answer within {self.timeout:.0f} s",
-                hint="is slurmctld up? try: scontrol ping",
+                f"{self.argv[0]} did not finish within {self.timeout:.0f} s"
+                + (f"; it said: {said}" if said else ""),
+                hint="the controller may be busy or full (MaxJobCount)"
+                if said
+                else "is slurmctld up? try: scontrol ping",
             ) from None
         return subprocess.CompletedProcess(self.argv, self.proc.returncode, out, err)
 
-    def kill(self) -> None:
-        """Stop it (when its answer is no longer wanted)."""
+    def kill(self) -> tuple[str, str]:
+        """Stop it (when its answer is no longer wanted); what it wrote until then."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate()
+        out, err = self.proc.communicate()
+        return out or "", err or ""
 
 
 def _run(argv: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -221,6 +228,14 @@ def max_array_size(cfg: dict[str, str]) -> int:
         return int(cfg.get("MaxArraySize", DEFAULT_MAX_ARRAY_SIZE))
     except ValueError:
         return DEFAULT_MAX_ARRAY_SIZE
+
+
+def max_job_count(cfg: dict[str, str]) -> int | None:
+    """The cluster's MaxJobCount (jobs it holds at once, each array task counting), if known."""
+    try:
+        return int(cfg["MaxJobCount"])
+    except (KeyError, ValueError):
+        return None
 
 
 def has_pyxis() -> bool:
@@ -318,8 +333,9 @@ def cancel(job_ids: Iterable[str]) -> None:
             raise SchedulerError(f"scancel failed: {_first(proc.stderr)}")
 
 
-def _first(text: str, all_lines: bool = False) -> str:
+def _first(text: str, all_lines: bool = False, last: bool = False) -> str:
+    """The first (or ``last``) non-blank line of ``text``, or all of them joined."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
         return ""
-    return "; ".join(lines) if all_lines else lines[0]
+    return "; ".join(lines) if all_lines else lines[-1 if last else 0]
