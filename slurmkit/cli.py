@@ -88,6 +88,12 @@ def _outcome(result: Any, as_json: bool) -> None:
         sys.exit(1)
 
 
+def _warn(warnings: list[str]) -> None:
+    """One line on stderr per damaged file of a sweep directory (what it costs, what to do)."""
+    for text in warnings:
+        click.echo(click.style("warning: ", fg="yellow") + text, err=True)
+
+
 def _emit_json(obj: Any) -> None:
     """One JSON document on one line (json's C encoder; pipe it to ``jq`` to read it), strict
     JSON: a NaN or infinite float is the string "NaN", "Infinity" or "-Infinity"."""
@@ -355,6 +361,7 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
         current = ui.watch(lambda: collect(sweep_dir, with_metrics=as_json), interval, show_all)
     else:
         current = collect(sweep_dir, with_metrics=as_json)  # metrics.json: only for --json
+        _warn(current.warnings)
         if not as_json:
             from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -393,7 +400,8 @@ def results(
     """
     from .steer import results_table  # steer: status and the sweep directory
 
-    rows, columns = results_table(sweep_dir, sort_key, desc)
+    rows, columns, warnings = results_table(sweep_dir, sort_key, desc)
+    _warn(warnings)
     rows = rows[:limit] if limit is not None else rows
     if as_json:
         _emit_json(rows)

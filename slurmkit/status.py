@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 from . import backends, store
 from .backends.base import LiveTask
 from .core import states
-from .core.fsutil import read_json
 
 
 @dataclass
@@ -40,6 +39,7 @@ class SweepStatus:
     sweep_dir: str
     name: str
     trials: list[TrialStatus]
+    warnings: list[str] = field(default_factory=list)  # damaged files: one line each
 
     @property
     def counts(self) -> dict[str, int]:
@@ -66,27 +66,37 @@ class SweepStatus:
             "counts": self.counts,
             "finished": self.finished,
             "trials": [t.as_dict() for t in self.trials],
+            **({"warnings": self.warnings} if self.warnings else {}),
         }
 
 
 def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
-    """The state of every trial of the sweep at ``root``."""
+    """The state of every trial of the sweep at ``root``. A damaged file (status, metrics,
+    manifest line, submission record, sweep.json) costs only what it holds: the trial shows
+    as DAMAGED, and ``warnings`` names the file."""
     sweep = store.open_sweep(root)
-    config = read_json(sweep.sweep_json)
-    rows = list(sweep.iter_manifest())
-    files = store.read_statuses(sweep)
+    warnings: list[str] = []
+    config = store.config(sweep, warnings)
+    rows = store.manifest(sweep, warnings)
+    files = store.read_statuses(sweep, warnings=warnings)
     unfinished = {
-        r["index"] for r in rows if files.get(r["id"], {}).get("state") != states.COMPLETED
+        i
+        for i, r in enumerate(rows)
+        if r is None or (files.get(r["id"]) or {}).get("state") != states.COMPLETED
     }
-    live = backends.live_tasks(store.submissions(sweep), unfinished.__contains__)
+    live = backends.live_tasks(store.submissions(sweep, warnings), unfinished.__contains__)
     trials = []
-    for row in rows:
-        status = files.get(row["id"])
-        t = _merge(row, status, live.get(row["index"]))
-        if with_metrics:
-            t.metrics = read_json(sweep.metrics(row["id"]), default={}) if status else {}
+    for index, row in enumerate(rows):
+        if row is None:
+            trials.append(TrialStatus(index, "", {}, states.DAMAGED))
+            continue
+        damaged = row["id"] in files and files[row["id"]] is None
+        t = _merge(row, files.get(row["id"]), live.get(index), damaged=damaged)
+        if with_metrics and row["id"] in files:
+            t.metrics = store.metrics(sweep, row["id"], warnings)
         trials.append(t)
-    return SweepStatus(sweep.root, config.get("name", os.path.basename(sweep.root)), trials)
+    name = config.get("name") if isinstance(config.get("name"), str) else None
+    return SweepStatus(sweep.root, name or os.path.basename(sweep.root), trials, warnings)
 
 
 class Seen(NamedTuple):
@@ -122,6 +132,11 @@ def _scheduler(s: Seen) -> str:
 
 
 CASES: tuple[Case, ...] = (
+    Case(
+        "damaged: its status file cannot be read (not completed: resume runs it again)",
+        lambda s: s.file == states.DAMAGED,
+        lambda s: states.DAMAGED,
+    ),
     Case(
         "completed: its own record says so, whatever the scheduler",
         lambda s: s.file == states.COMPLETED,
@@ -195,9 +210,13 @@ def decide(seen: Seen) -> tuple[str, Case]:
 
 
 def _merge(
-    row: dict[str, Any], status: dict[str, Any] | None, live: LiveTask | None
+    row: dict[str, Any],
+    status: dict[str, Any] | None,
+    live: LiveTask | None,
+    damaged: bool = False,
 ) -> TrialStatus:
-    """One trial's status from its manifest row, status file and live task."""
+    """One trial's status from its manifest row, status file (None: it never started, or with
+    ``damaged`` its file cannot be read) and live task."""
     attempts = status.get("attempts", []) if status else []
     last = attempts[-1] if attempts else {}
     task = live.task if live is not None else None
@@ -215,7 +234,7 @@ def _merge(
     )
     ran_in = f"{last.get('array_job_id')}_{last.get('array_task_id')}"
     seen = Seen(
-        file=status.get("state") if status else None,
+        file=states.DAMAGED if damaged else (status.get("state") if status else None),
         slurm=task.state if task is not None else None,
         same_job=job is not None and ran_in == job,
         owned=job is not None,

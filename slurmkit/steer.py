@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -9,54 +10,85 @@ from typing import Any
 from . import backends, store
 from .backends.base import Stopped
 from .core import lock, states
-from .core.fsutil import read_json
+from .core.fsutil import Damaged, read_record
 from .errors import UserError
 from .status import collect
+
+_FIXED = ("index", "id", "state")  # the columns of every results row, before its params
 
 
 def results_table(
     root: str, sort_key: str | None = None, desc: bool = False
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per trial (index, id, state, params, metrics) and the column order."""
+) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """One row per trial (index, id, state, params, metrics), the column order, and what is
+    damaged in the sweep directory (one line each).
+
+    A metric named like a parameter or a fixed column is the column ``metrics.NAME``. With
+    ``sort_key``, NaN and then missing values come last, whatever the direction.
+    """
     current = collect(root, with_metrics=True)
-    param_cols: list[str] = []
-    metric_cols: list[str] = []
-    rows = []
+    param_cols: dict[str, None] = {}  # ordered sets: first seen first
+    metric_names: dict[str, None] = {}
     for t in current.trials:
-        for k in t.params:
-            if k not in param_cols:
-                param_cols.append(k)
-        for k in t.metrics:
-            if k not in metric_cols:
-                metric_cols.append(k)
-        rows.append({"index": t.index, "id": t.id, "state": t.state, **t.params, **t.metrics})
-    columns = [
-        "index",
-        "id",
-        "state",
-        *param_cols,
-        *(m for m in metric_cols if m not in param_cols),
+        param_cols.update(dict.fromkeys(t.params))
+        metric_names.update(dict.fromkeys(t.metrics))
+    taken = {*_FIXED, *param_cols, *metric_names}
+    metric_cols = {
+        m: _renamed(m, taken) if m in _FIXED or m in param_cols else m for m in metric_names
+    }
+    rows = [
+        {
+            "index": t.index,
+            "id": t.id,
+            "state": t.state,
+            **t.params,
+            **{metric_cols[k]: v for k, v in t.metrics.items()},
+        }
+        for t in current.trials
     ]
+    columns = [*_FIXED, *param_cols, *metric_cols.values()]
     if sort_key:
         if sort_key not in columns:
             raise UserError(
                 f"no metric or parameter named {sort_key!r}",
                 key="--sort",
-                hint=f"known: {', '.join(columns[3:]) or '(no metrics reported yet)'}",
+                hint=f"known: {', '.join(columns[len(_FIXED) :]) or '(no metrics reported yet)'}",
             )
-        have = [r for r in rows if isinstance(r.get(sort_key), (int, float, str))]
-        have.sort(key=lambda r: (isinstance(r[sort_key], str), r[sort_key]), reverse=desc)
-        rows = have + [r for r in rows if r not in have]
-    return rows, columns
+        groups: tuple[list[dict[str, Any]], ...] = ([], [], [])
+        for r in rows:
+            groups[_rank(r.get(sort_key))].append(r)
+        groups[0].sort(key=lambda r: (isinstance(r[sort_key], str), r[sort_key]), reverse=desc)
+        rows = [r for group in groups for r in group]
+    return rows, columns, current.warnings
+
+
+def _renamed(metric: str, taken: set[str]) -> str:
+    """The column, now taken too, of a metric whose name is taken: ``metrics.NAME`` (prefixed
+    again while that is taken as well)."""
+    column = f"metrics.{metric}"
+    while column in taken:
+        column = f"metrics.{column}"
+    taken.add(column)
+    return column
+
+
+def _rank(value: Any) -> int:
+    """Where a sort puts a value: 0 sorted (numbers, then strings), 1 NaN, 2 missing or other."""
+    if isinstance(value, float) and math.isnan(value):
+        return 1
+    return 0 if isinstance(value, (int, float, str)) else 2
 
 
 def find_trial(root: str, ref: str) -> dict[str, Any]:
     """The manifest row of a trial given by index or by a unique prefix of its id."""
     sweep = store.open_sweep(root)
-    rows = list(sweep.iter_manifest())
+    rows = store.manifest(sweep)
     if ref.isdigit() and int(ref) < len(rows):
-        return rows[int(ref)]
-    matches = [r for r in rows if r["id"].startswith(ref)]
+        row = rows[int(ref)]
+        if row is None:
+            raise UserError(f"trial {ref}'s line of {sweep.manifest} is damaged", key="TRIAL")
+        return row
+    matches = [r for r in rows if r is not None and r["id"].startswith(ref)]
     if len(matches) == 1:
         return matches[0]
     raise UserError(
@@ -72,8 +104,13 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     row = find_trial(root, ref)
     if not slurm_log:
         return sweep.output(row["id"])
-    attempts = (read_json(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
-    for attempt in reversed(attempts):
+    try:
+        attempts = (read_record(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
+    except Damaged as exc:
+        raise UserError(f"{exc}", hint="`slurmkit logs` without --slurm shows its output") from None
+    for attempt in reversed(attempts if isinstance(attempts, list) else []):
+        if not isinstance(attempt, dict):
+            continue
         if "array_job_id" in attempt:
             return os.path.join(
                 sweep.logs, f"{attempt['array_job_id']}_{attempt['array_task_id']}.out"

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .core.fsutil import atomic_write_json, make_temp_dir, read_json
+from .core.fsutil import Damaged, atomic_write_json, make_temp_dir, read_json, read_record
 from .core.layout import SweepDir
 from .core.lock import Lock, LockBusy
 from .errors import Busy, UserError
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a directory name, never '..' or '/'
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -180,25 +183,111 @@ def _submission_path(sweep: SweepDir, number: int) -> str:
     return os.path.join(sweep.submissions, f"{number:04d}.json")
 
 
-def submissions(sweep: SweepDir) -> list[dict[str, Any]]:
-    """All submissions, oldest first."""
+def submissions(sweep: SweepDir, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """All submissions, oldest first; a damaged record is left out (and said in ``warnings``)."""
     try:
         names = sorted(n for n in os.listdir(sweep.submissions) if n.endswith(".json"))
     except FileNotFoundError:
         return []
-    return [read_json(os.path.join(sweep.submissions, n)) for n in names]
+    out = []
+    for name in names:
+        try:
+            record = read_record(os.path.join(sweep.submissions, name))
+        except Damaged as exc:
+            _warn(warnings, f"{exc}: its jobs are not shown or cancelled")
+            continue
+        if record is not None:
+            out.append(record)
+    return out
 
 
-def read_statuses(sweep: SweepDir, ids: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-    """``{trial_id: status}`` for the trials that have started (one directory listing first)."""
+def read_statuses(
+    sweep: SweepDir, ids: Iterable[str] | None = None, warnings: list[str] | None = None
+) -> dict[str, dict[str, Any] | None]:
+    """``{trial_id: status}`` for the trials that have started (one directory listing first);
+    ``None`` for a damaged status file (said in ``warnings``)."""
     try:
         started = set(os.listdir(sweep.trials))
     except FileNotFoundError:
         return {}
     wanted = started if ids is None else started.intersection(ids)
-    out = {}
+    out: dict[str, dict[str, Any] | None] = {}
     for tid in wanted:
-        status = read_json(sweep.status(tid))
+        try:
+            status = read_record(sweep.status(tid))
+            attempts = status.get("attempts", []) if status is not None else []
+            if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
+                raise Damaged(sweep.status(tid), "its attempts are not a list of records")
+            if status is not None and not isinstance(status.get("state", ""), str):
+                raise Damaged(sweep.status(tid), "its state is not a name")
+        except Damaged as exc:
+            _warn(warnings, f"{exc}: the trial is DAMAGED (resume runs it again)")
+            out[tid] = None
+            continue
         if status is not None:
             out[tid] = status
     return out
+
+
+def manifest(sweep: SweepDir, warnings: list[str] | None = None) -> list[dict[str, Any] | None]:
+    """The trials of ``trials.jsonl`` in index order; ``None`` for a damaged line (said in
+    ``warnings``). A trial id that is not a plain name, or one that comes twice, is refused:
+    ids name directories, and nothing may reach outside the sweep directory."""
+    rows: list[dict[str, Any] | None] = []
+    seen: set[str] = set()
+    with open(sweep.manifest, "rb") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not (
+                    isinstance(row, dict)
+                    and isinstance(row.get("params"), dict)
+                    and row.get("index") == len(rows)
+                ):
+                    raise ValueError("not a {index, id, params} row in order")
+            except (ValueError, UnicodeDecodeError) as exc:
+                _warn(warnings, f"{sweep.manifest}:{number}: damaged ({exc})")
+                rows.append(None)
+                continue
+            tid = row.get("id")
+            if not isinstance(tid, str) or not _ID.match(tid) or tid in seen:
+                why = "comes twice" if tid in seen else "is not a trial id"
+                raise UserError(
+                    f"{sweep.manifest}:{number}: {tid!r} {why}",
+                    hint="trials.jsonl is written by slurmkit: restore it",
+                )
+            seen.add(tid)
+            rows.append(row)
+    return rows
+
+
+def config(sweep: SweepDir, warnings: list[str] | None = None) -> dict[str, Any]:
+    """``sweep.json``; with ``warnings``, a damaged one reads as ``{}`` (and is said there),
+    without, it is a UserError (a resume cannot go on without it)."""
+    try:
+        return read_record(sweep.sweep_json, default={})
+    except Damaged as exc:
+        if warnings is None:
+            raise UserError(
+                f"{exc}",
+                hint="sweep.json is written by slurmkit: restore it, "
+                "or start a new sweep from spec.yaml",
+            ) from None
+        _warn(warnings, str(exc))
+        return {}
+
+
+def metrics(sweep: SweepDir, trial_id: str, warnings: list[str] | None = None) -> dict[str, Any]:
+    """A trial's latest metrics (``{}`` when none, or damaged: said in ``warnings``)."""
+    try:
+        return read_record(sweep.metrics(trial_id), default={})
+    except Damaged as exc:
+        _warn(warnings, f"{exc}: its metrics are not shown")
+        return {}
+
+
+def _warn(warnings: list[str] | None, text: str) -> None:
+    if warnings is not None:
+        warnings.append(text)

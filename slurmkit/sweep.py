@@ -15,7 +15,6 @@ from . import plan as plans
 from . import spec as spec_mod
 from .backends.base import Backend, Progress, Submission
 from .core import states
-from .core.fsutil import read_json
 from .core.layout import SweepDir
 from .core.lock import Lock
 from .errors import UserError
@@ -114,7 +113,7 @@ def resume(
     Running it twice in a row submits nothing the second time.
     """
     sweep = store.open_sweep(root)
-    config = read_json(sweep.sweep_json)
+    config = store.config(sweep)
     spec = spec_mod.resumed(config, overrides, sweep.sweep_json)
     lock = store.locked(sweep, "resume") if not dry_run else Lock(sweep.root)
     try:

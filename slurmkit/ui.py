@@ -1,4 +1,8 @@
-"""What people see: rich tables, progress bars and notes (imported only by commands that print)."""
+"""What people see: rich tables, progress bars and notes (imported only by commands that print).
+
+Whatever comes from users (params, metrics, ids, reasons, hosts, paths) is shown as it is: as
+``rich.text.Text``, never read as rich markup or emoji codes.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .core import states
 from .status import SweepStatus, wait
@@ -38,12 +43,13 @@ STYLE = {
     states.PREEMPTED: "yellow",
     states.UNKNOWN: "dim",
     states.NOT_SUBMITTED: "dim",
+    states.DAMAGED: "red",
 }
 ROWS = 25
 
 
 def note(text: str) -> None:
-    err.print(f"[dim]{text}[/dim]")
+    err.print(Text(text, style="dim"))
 
 
 def _short(value: Any, width: int = 40) -> str:
@@ -112,16 +118,18 @@ def print_submission(result: Submission) -> None:
     else:
         jobs = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in result.jobs)
         out.print(
-            f"submitted {len(result.indices)} of {result.trials} trial(s) as job array {jobs}"
+            Text(f"submitted {len(result.indices)} of {result.trials} trial(s) as job array {jobs}")
         )
-    out.print(f"sweep directory: [bold]{result.sweep_dir}[/bold]")
-    out.print(f"next: slurmkit status {result.sweep_dir}")
+    out.print(Text.assemble("sweep directory: ", (result.sweep_dir, "bold")))
+    out.print(Text(f"next: slurmkit status {result.sweep_dir}"))
 
 
 def status_view(current: SweepStatus, show_all: bool) -> Table:
-    counts = "  ".join(f"[{STYLE.get(s, '')}]{s} {n}[/]" for s, n in current.counts.items())
+    counts = Text("  ").join(Text(f"{s} {n}", STYLE.get(s, "")) for s, n in current.counts.items())
     table = Table(
-        title=f"{current.name}: {len(current.trials)} trials   {counts}",
+        title=Text.assemble(
+            f"{current.name}: {len(current.trials)} trials   ", counts, style="table.title"
+        ),
         title_justify="left",
         expand=False,
     )
@@ -138,14 +146,14 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
         why = t.cause or (t.reason if t.state == states.PENDING else "")
         table.add_row(
             str(t.index),
-            t.id,
-            f"[{STYLE.get(t.state, '')}]{t.state}[/]",
-            why or "",
+            Text(t.id),
+            Text(t.state, STYLE.get(t.state, "")),
+            Text(why or ""),
             "" if t.exit_code is None else str(t.exit_code),
             str(t.attempts),
-            t.host or "",
-            t.job or "",
-            _short(params, 80),
+            Text(t.host or ""),
+            Text(t.job or ""),
+            Text(_short(params, 80)),
         )
     return table
 
@@ -186,23 +194,22 @@ def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:
         table.add_column(
-            col,
+            Text(col),
             overflow="ellipsis",
             no_wrap=True,
             min_width=min(len(col), 12),
             justify="right" if col == "index" else "left",
         )
     for row in rows:
-        cells = []
-        for col in shown:
-            value = row.get(col)
-            cells.append(
-                ""
-                if value is None
-                else (f"{value:.4g}" if isinstance(value, float) else _short(value, 30))
-            )
-        table.add_row(*cells)
+        table.add_row(*(_cell(row.get(col)) for col in shown))
     out.print(table)
+
+
+def _cell(value: Any) -> Text:
+    """A results cell: a float to 4 significant digits, anything else shortened."""
+    if value is None:
+        return Text("")
+    return Text(f"{value:.4g}" if isinstance(value, float) else _short(value, 30))
 
 
 def print_csv(rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -220,7 +227,7 @@ def print_csv(rows: list[dict[str, Any]], columns: list[str]) -> None:
 def print_file(path: str, follow: bool) -> None:
     """Copy the file to stdout; with ``follow``, keep copying what is appended (Ctrl-C stops)."""
     if not os.path.exists(path) and not follow:
-        err.print(f"no output yet: {path}")
+        err.print(Text(f"no output yet: {path}"))
         return
     while not os.path.exists(path):
         time.sleep(0.5)

@@ -17,6 +17,7 @@ def seen(file=None, slurm=None, same_job=False, owned=False, here=False) -> Seen
 
 # (the row that must decide, what it sees, the state it decides); one example per row, in order
 ROWS = [
+    ("damaged", seen(file="DAMAGED", slurm="RUNNING", same_job=True, owned=True), "DAMAGED"),
     ("completed", seen(file="COMPLETED", slurm="RUNNING", same_job=True, owned=True), "COMPLETED"),
     (
         "requeued by its own task",
@@ -72,13 +73,13 @@ def test_row(prefix, what, expected):
 
 def test_requeued_and_running_again_follows_the_scheduler():
     state, case = decide(seen(file="REQUEUED", slurm="RUNNING", same_job=True, owned=True))
-    assert state == "RUNNING" and case is CASES[1]
+    assert state == "RUNNING" and case is CASES[2]
 
 
 def test_ended_record_waits_for_a_requeued_task():
     """A FAILED record whose task Slurm requeued (PENDING again) is no longer the answer."""
     state, case = decide(seen(file="FAILED", slurm="REQUEUE_HOLD", same_job=True, owned=True))
-    assert state == "REQUEUED" and case is CASES[4]
+    assert state == "REQUEUED" and case is CASES[5]
 
 
 def test_terminated_record_in_a_live_task_is_the_tasks_state():

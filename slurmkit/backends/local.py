@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..core.arrays import compress, expand_array_spec
-from ..core.fsutil import read_json
 from ..core.layout import SweepDir
 from ..errors import UserError
 from ..runtime.trial import TrialRun
@@ -145,8 +144,8 @@ def run(
     on_done: Progress | None = None,
 ) -> dict[int, int]:
     """Run the given trials; return ``{index: exit_code}``. Ctrl-C or SIGTERM stops them all."""
-    config = read_json(sweep.sweep_json)
-    rows = {row["index"]: row for row in sweep.iter_manifest()}
+    config = store.config(sweep)
+    rows = {i: row for i, row in enumerate(store.manifest(sweep)) if row is not None}
     parallel = max_parallel or default_parallel()
     stop = threading.Event()
     running: dict[int, TrialRun] = {}
@@ -154,6 +153,8 @@ def run(
     codes: dict[int, int] = {}
 
     def one(index: int) -> int:
+        if index not in rows:  # its manifest line is damaged: nothing to run
+            return 2
         trial = TrialRun(sweep, index, config=config, row=rows[index])
         if stop.is_set():
             return -1

@@ -55,10 +55,29 @@ def atomic_write_json(path: str, obj: Any, *, fsync: bool = True) -> None:
     )
 
 
+class Damaged(ValueError):
+    """A file that exists but cannot be read as what it should be (truncated, garbage)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = path, why
+
+
 def read_json(path: str, default: Any = None) -> Any:
-    """Read JSON from ``path``; ``default`` when the file does not exist."""
+    """Read JSON from ``path``; ``default`` when the file does not exist; Damaged when it is
+    not JSON."""
     try:
         with open(path, "rb") as fh:
             return json.load(fh)
     except FileNotFoundError:
         return default
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise Damaged(path, f"not JSON ({exc})") from None
+
+
+def read_record(path: str, default: Any = None) -> Any:
+    """:func:`read_json` of a file that must hold a JSON object (Damaged otherwise)."""
+    data = read_json(path, default)
+    if data is not default and not isinstance(data, dict):
+        raise Damaged(path, f"not a JSON object but {type(data).__name__}")
+    return data

@@ -17,6 +17,7 @@ NODE_FAIL = "NODE_FAIL"
 REQUEUED = "REQUEUED"
 UNKNOWN = "UNKNOWN"  # submitted, but the scheduler no longer knows it and it left no status
 NOT_SUBMITTED = "NOT_SUBMITTED"
+DAMAGED = "DAMAGED"  # its status file (or manifest line) cannot be read: not completed
 
 ORDER = (
     COMPLETED,
@@ -30,9 +31,10 @@ ORDER = (
     NODE_FAIL,
     TERMINATED,
     UNKNOWN,
+    DAMAGED,
     NOT_SUBMITTED,
 )
-FINAL = {COMPLETED, FAILED, TERMINATED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, UNKNOWN}
+FINAL = {COMPLETED, FAILED, TERMINATED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, UNKNOWN, DAMAGED}
 SUCCESS = {COMPLETED}
 UNSUCCESSFUL = FINAL - SUCCESS  # `slurmkit status` exits 1 when a trial is in one of these
 ACTIVE = {PENDING, RUNNING, REQUEUED}  # still queued or running: not to be submitted again

@@ -29,7 +29,7 @@ def _task(args: argparse.Namespace) -> int:
     index = args.offset + int(task_id)
     try:
         run = TrialRun(sweep, index, under_slurm="SLURM_JOB_ID" in os.environ)
-    except (OSError, LookupError) as exc:
+    except (OSError, LookupError, ValueError) as exc:  # ValueError: a damaged file
         print(f"slurmkit.runtime: {exc}", file=sys.stderr)
         return 2
     if run.already_completed():

@@ -93,13 +93,30 @@ class TrialRun:
         self.requeue_signal: str = self.policy.get("signal", "USR2")
 
     def already_completed(self) -> bool:
-        status = read_json(self.status_path, default={})
-        return status.get("state") == states.COMPLETED
+        return self._read_status().get("state") == states.COMPLETED
+
+    def _read_status(self) -> dict[str, Any]:
+        """status.json, or ``{}`` when there is none. A damaged one (not a record of attempts)
+        is kept beside as ``status.json.damaged-TIME`` and the trial starts a new record."""
+        try:
+            status = read_json(self.status_path, default={})
+            attempts = status.get("attempts", []) if isinstance(status, dict) else None
+            if isinstance(attempts, list) and all(isinstance(a, dict) for a in attempts):
+                return status
+        except ValueError:  # Damaged: not JSON
+            pass
+        aside = f"{self.status_path}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+        try:
+            os.replace(self.status_path, aside)
+        except OSError:
+            return {}
+        print(f"slurmkit.runtime: {self.status_path} was damaged: kept as {aside}", file=sys.stderr)
+        return {}
 
     def start(self) -> None:
         """Record the attempt as RUNNING and start the command (no shell)."""
         os.makedirs(self.dir, exist_ok=True)
-        self.status = read_json(self.status_path, default=None) or {
+        self.status = self._read_status() or {
             "id": self.id,
             "index": self.row["index"],
             "attempts": [],

@@ -23,6 +23,8 @@ with open(
 print("hello from trial", os.environ["SLURMKIT_TRIAL_INDEX"])
 x = params.get("x", 0)
 slurmkit.report(score=float(x) * 2 if isinstance(x, (int, float)) else 0.0)
+if "report" in params:  # more metrics: a JSON object (NaN and Infinity allowed)
+    slurmkit.report(json.loads(params["report"]))
 code = int(params.get("exit", 0))
 if params.get("flaky") and os.environ["SLURMKIT_ATTEMPT"] == "1":
     code = 3  # fails on its first attempt only
