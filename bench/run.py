@@ -190,7 +190,38 @@ print(jobs[0].job_id.split('_')[0])
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-BENCHES = {"help": bench_help, "local": bench_local, "submit": bench_submit_status}
+def bench_lock(repeat: int, n: int = 200) -> None:
+    """The sweep directory's lock: take it and give it back (a heartbeat thread included),
+    against creating and deleting a small file, the least any lock file can cost."""
+    from slurmkit.core.lock import Lock
+
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+
+    def ours() -> None:
+        for _ in range(n):
+            lock = Lock(str(tmp))
+            lock.acquire("bench", wait=0)
+            lock.release()
+
+    def plain() -> None:
+        for _ in range(n):
+            fd = os.open(tmp / "f", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(fd, b"{}")
+            os.close(fd)
+            os.unlink(tmp / "f")
+
+    a = [t / n for t in timed(ours, repeat)]
+    b = [t / n for t in timed(plain, repeat)]
+    row("sweep lock, take + give back", a, b, "create + delete a file", "<= 5 ms")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+BENCHES = {
+    "help": bench_help,
+    "local": bench_local,
+    "submit": bench_submit_status,
+    "lock": bench_lock,
+}
 
 
 def main() -> None:
