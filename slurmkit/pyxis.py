@@ -150,20 +150,11 @@ class Container:
     name: str | None = None  # the name's base, before the image digest
     name_flag: str = ""  # auto, create, exec or no_exec
 
+    given: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
     def to_dict(self) -> dict[str, Any]:
-        """The block as a spec writes it (``from_dict`` reads it back to an equal one)."""
-        out: dict[str, Any] = {"image": self.image}
-        if self.mounts:
-            out["mounts"] = list(self.mounts)
-        if self.env_keep:
-            out["env_keep"] = list(self.env_keep)
-        for key in ("workdir", "writable", "remap_root"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out["mount_home"] = self.mount_home  # None (no flag) differs from its default, False
-        if self.name is not None:
-            out["name"] = self.name + (f":{self.name_flag}" if self.name_flag else "")
-        return out
+        """The block as the spec wrote it (sweep.json and spec.yaml keep it so)."""
+        return dict(self.given)
 
 
 # --- the image ------------------------------------------------------------------------------
@@ -391,6 +382,7 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
         mount_home=_flag(data, "mount_home", source, False),
         name=name,
         name_flag=flag,
+        given=data,
     )
 
 

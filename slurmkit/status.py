@@ -116,7 +116,7 @@ class Seen(NamedTuple):
     @property
     def vanished(self) -> bool:
         """Its record says it was running or stopping, and no process here runs it."""
-        return self.file in (states.RUNNING, states.TERMINATED, states.REQUEUED) and not self.here
+        return self.file in states.IN_FLIGHT and not self.here
 
 
 class Case(NamedTuple):

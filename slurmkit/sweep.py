@@ -60,8 +60,8 @@ def submit(
         target = choosing.result()
         if not dry_run:
             target.check(spec, total)
-    try:
-        trials = plans.expand(spec)  # while the scheduler is asked
+    try:  # while the scheduler is asked: the spec's own errors come first
+        work = plans.make(spec, plans.expand(spec), os.getcwd())
     except BaseException:
         choosing.cancel()
         raise
@@ -71,7 +71,6 @@ def submit(
             target.check(spec, total)
     root = os.path.abspath(sweep_dir) if sweep_dir else store.default_root(spec)
     _check_path(root)
-    work = plans.make(spec, trials, os.getcwd())
     indices = list(range(work.total))
     scripts = render.scripts(work, indices, target.max_array_size, root)
     if dry_run:

@@ -116,9 +116,8 @@ def print_submission(result: Submission) -> None:
     elif not result.indices:
         out.print("nothing to submit: every trial is completed, queued or running")
     else:
-        jobs = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in result.jobs)
         out.print(
-            Text(f"submitted {len(result.indices)} of {result.trials} trial(s) as job array {jobs}")
+            Text(f"submitted {len(result.indices)} of {result.trials} trial(s) {result.described}")
         )
     out.print(Text.assemble("sweep directory: ", (result.sweep_dir, "bold")))
     out.print(Text(f"next: slurmkit status {result.sweep_dir}"))

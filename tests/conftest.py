@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -56,13 +57,32 @@ def spec_file(tmp_path: Path):
 
 
 def assert_shell_ok(text: str) -> None:
-    """A rendered script parses (``bash -n``) and passes ``shellcheck`` (which ``make lint``
-    installs; without it, the test is skipped, saying so)."""
+    """A rendered script parses (``bash -n``) and passes ``shellcheck`` when it is installed
+    (``make lint`` installs it; ``test_render`` fails under ``make test`` without it)."""
     parsed = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert parsed.returncode == 0, parsed.stderr
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (make lint installs it)")
-    checked = subprocess.run(
-        ["shellcheck", "-s", "bash", "-"], input=text, text=True, capture_output=True
-    )
-    assert checked.returncode == 0, checked.stdout
+    if shutil.which("shellcheck") is not None:
+        checked = subprocess.run(
+            ["shellcheck", "-s", "bash", "-"], input=text, text=True, capture_output=True
+        )
+        assert checked.returncode == 0, checked.stdout
+
+
+def wait_sweep(root: str, timeout: float = 240) -> dict:
+    """Poll the sweep's status until every trial has finished; its status as a dict."""
+    from slurmkit.errors import SchedulerError
+    from slurmkit.status import collect
+
+    end = time.time() + timeout
+    counts: dict = {}
+    while time.time() < end:
+        try:
+            current = collect(root)
+        except SchedulerError:  # the controller is briefly unreachable: ask again
+            time.sleep(1)
+            continue
+        if current.finished:
+            return current.as_dict()
+        counts = current.counts
+        time.sleep(1)
+    raise AssertionError(f"sweep not finished after {timeout} s: {counts}")

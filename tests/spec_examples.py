@@ -1,5 +1,5 @@
-"""Specs that several test modules use: a good sweep, a container job, and bad input with the
-key and message it must be reported with."""
+"""Specs and values that several test modules use: a good sweep, a container job, bad input
+with the key and message it must be reported with, and hostile values."""
 
 GOOD = """
 name: demo
@@ -95,4 +95,18 @@ BAD_INPUT = [
         "requeue.budgets.timeout",
         "count >= 0",
     ),
+]
+
+# Values that a shell would mangle or run: they must reach trials byte-exact.
+TRICKY = [
+    "it's",
+    'say "hi"',
+    "$(touch /tmp/pwned-slurmkit)",
+    "`id`",
+    "two\nlines",
+    "  spaced  ",
+    "naïve ünïcødé ✓",
+    "a,b;c|d&e>f",
+    "$HOME $$ %s %%",
+    "back\\slash",
 ]

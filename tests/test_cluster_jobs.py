@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
-from test_cluster_sweeps import wait_sweep
+from conftest import ROOT, run_cli, wait_sweep
 
 pytestmark = pytest.mark.cluster
 PAYLOAD = ROOT / "tests" / "payloads" / "allreduce.py"

@@ -9,30 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli
-from test_local import TRICKY
+from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli, wait_sweep
+from spec_examples import TRICKY
 
-from slurmkit.errors import SchedulerError
 from slurmkit.status import collect
 
 pytestmark = pytest.mark.cluster
-
-
-def wait_sweep(root: str, timeout: float = 240) -> dict:
-    """Poll ``slurmkit status --json`` until every trial has finished."""
-    end = time.time() + timeout
-    counts: dict = {}
-    while time.time() < end:
-        try:
-            current = collect(root)
-        except SchedulerError:  # the controller is briefly unreachable: ask again
-            time.sleep(1)
-            continue
-        if current.finished:
-            return current.as_dict()
-        counts = current.counts
-        time.sleep(1)
-    raise AssertionError(f"sweep not finished after {timeout} s: {counts}")
 
 
 def submit(tmp_path: Path, body: str, *overrides: str, expect: int = 0) -> dict:

@@ -8,19 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PAYLOAD, run_cli
-
-TRICKY = [
-    "it's",
-    'say "hi"',
-    "$(touch /tmp/pwned-slurmkit)",
-    "`id`",
-    "two\nlines",
-    "  spaced  ",
-    "naïve ünïcødé ✓",
-    "a,b;c|d&e>f",
-    "$HOME $$ %s %%",
-    "back\\slash",
-]
+from spec_examples import TRICKY
 
 
 def _sweep(tmp_path: Path, body: str, *args: str):
@@ -249,3 +237,34 @@ def test_cancel_never_signals_a_process_that_is_not_ours(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_standalone_bootstrap_new_and_old_script_forms(tmp_path):
+    """A standalone script's task builds the sweep directory from the spec on first use, then
+    runs its trial: `python -m slurmkit.standalone` (rendered now) and the form scripts of older
+    slurmkit versions run, `python -m slurmkit.runtime task --spec` (kept working)."""
+    import os
+    import subprocess
+    import sys
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{x: [5, 6]}}\n")
+    for n, module in enumerate((["slurmkit.standalone"], ["slurmkit.runtime", "task"])):
+        root = tmp_path / f"sweep{n}"
+        env = {
+            **os.environ,
+            "SLURMKIT_SWEEP_DIR": str(root),
+            "SLURM_ARRAY_TASK_ID": "1",
+            "SLURM_ARRAY_JOB_ID": "77",
+        }
+        env.pop("SLURM_JOB_ID", None)
+        argv = [sys.executable, "-m", *module, "--offset", "0", "--spec", str(spec)]
+        proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        rows = [json.loads(line) for line in (root / "trials.jsonl").read_text().splitlines()]
+        assert [r["params"]["x"] for r in rows] == [5, 6]
+        assert not (root / "trials" / rows[0]["id"]).exists()  # only task 1 ran, its trial
+        status = json.loads((root / "trials" / rows[1]["id"] / "status.json").read_text())
+        assert status["state"] == "COMPLETED"
+        record = json.loads((root / "submissions" / "0000.json").read_text())
+        assert record["jobs"][0]["job_id"] == "77"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -136,3 +137,12 @@ def test_plain_script_is_self_contained(spec_file):
     assert "sbatch-$SLURM_ARRAY_JOB_ID" in text
     assert f"PY=${{SLURMKIT_PYTHON:-{render.STANDALONE_PYTHON}}}" in text
     assert_shell_ok(text)
+
+
+def test_shellcheck_is_there_when_the_full_suite_runs():
+    """`make test` runs `make lint` first, which installs shellcheck: the golden scripts above
+    were checked with it. (`make unit` may run without it, and then checks bash -n only.)"""
+    if os.environ.get("CI") or os.environ.get("SLURM_CONF"):
+        assert shutil.which("shellcheck"), "make lint should have installed shellcheck"
+    else:
+        pytest.skip("not under make test: shellcheck is optional for make unit")

@@ -20,12 +20,14 @@ from ..errors import SchedulerError, UserError
 if TYPE_CHECKING:
     from .base import Backend, LiveTask, Probe, Stopped
 
-# name -> "module:class"; "auto" picks the first whose probe answers, else the last
+# name -> "module:class"
 REGISTRY = {
     "slurm": "slurmkit.backends.slurm:SlurmBackend",
     "local": "slurmkit.backends.local:LocalBackend",
 }
 NAMES = ("auto", *REGISTRY)
+AUTO = ("slurm",)  # what "auto" asks, in order; the first that answers runs the sweep
+FALLBACK = "local"  # what "auto" runs on when none answers (it needs nothing)
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -45,51 +47,44 @@ def get(name: str) -> Backend:
 
 
 class Choosing:
-    """:func:`choose` in two steps: the backend is asked at once and :meth:`result` waits for
-    its answer, so that the caller can expand trials meanwhile. ``auto`` asks the first
-    registered backend that is present and falls back to the last one (which needs nothing)."""
+    """:func:`choose` in two steps: the backends are asked at once and :meth:`result` waits for
+    their answers, so that the caller can expand trials meanwhile. ``auto`` asks those of
+    :data:`AUTO` that are present and takes the first that answers, else :data:`FALLBACK`."""
 
     def __init__(self, name: str) -> None:
-        if name not in NAMES:
-            raise UserError(
-                f"unknown backend {name!r}",
-                key="--backend",
-                hint=f"allowed values: {', '.join(NAMES)}",
-            )
         self.auto = name == "auto"
-        self.probe: Probe | None = None
-        self.error: SchedulerError | None = None  # raised by result(), after the spec's errors
+        self.probes: list[tuple[str, Probe | SchedulerError]] = []
         self.why = ""  # auto: why the fallback runs the sweep
-        for candidate in list(REGISTRY)[:-1] if self.auto else [name]:
+        for candidate in AUTO if self.auto else [name]:
             cls = backend_class(candidate)
-            self.why = cls.absent() if self.auto else ""
-            if self.why:
+            absent = cls.absent() if self.auto else ""
+            if absent:
+                self.why = self.why or absent
                 continue
             try:
-                self.probe = cls.probe(timeout=10 if self.auto else 30)
-            except SchedulerError as exc:
-                self.error = exc
-            break
+                self.probes.append((candidate, cls.probe(timeout=10 if self.auto else 30)))
+            except SchedulerError as exc:  # raised by result(), after the spec's errors
+                self.probes.append((candidate, exc))
 
     def result(self) -> Backend:
         """The chosen backend; SchedulerError when the named one cannot run trials now."""
-        try:
-            if self.error is not None:
-                raise self.error
-            if self.probe is not None:
-                return self.probe.result()
-        except SchedulerError as exc:
-            if not self.auto:
-                raise
-            self.why = exc.message
-        fallback = get(list(REGISTRY)[-1])
-        if self.auto:
-            fallback.note = f"{self.why}: running the sweep {fallback.where}"
+        for _, probe in self.probes:
+            try:
+                if isinstance(probe, SchedulerError):
+                    raise probe
+                return probe.result()
+            except SchedulerError as exc:
+                if not self.auto:
+                    raise
+                self.why = self.why or exc.message
+        fallback = get(FALLBACK)
+        fallback.note = f"{self.why}: running the sweep {fallback.where}"
         return fallback
 
     def cancel(self) -> None:
-        if self.probe is not None:
-            self.probe.cancel()
+        for _, probe in self.probes:
+            if not isinstance(probe, SchedulerError):
+                probe.cancel()
 
 
 def choose(name: str) -> Backend:
@@ -112,7 +107,7 @@ def live_tasks(
     groups: dict[str, list[dict[str, Any]]] = {}
     owner: dict[int, str] = {}
     backends: dict[str, Backend] = {}
-    for rec in records:
+    for rec in _known(records):
         name = rec.get("backend", "slurm")
         backend = backends.get(name) or backends.setdefault(name, get(name))
         groups.setdefault(name, []).append(rec)
@@ -125,6 +120,11 @@ def live_tasks(
     return out
 
 
+def _known(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of registered backends (one written by a newer slurmkit is not ours to read)."""
+    return [rec for rec in records if rec.get("backend", "slurm") in REGISTRY]
+
+
 def cancel_all(
     records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
 ) -> dict[str, list[Stopped]]:
@@ -132,7 +132,7 @@ def cancel_all(
     there, empty when nothing of its kind ran)."""
     out: dict[str, list[Stopped]] = {backend_class(n).cancel_key: [] for n in REGISTRY}
     seen: dict[str, list[dict[str, Any]]] = {}
-    for rec in records:
+    for rec in _known(records):
         seen.setdefault(rec.get("backend", "slurm"), []).append(rec)
     for name, recs in seen.items():
         for stopped in get(name).cancel(recs, live_jobs, dry_run):

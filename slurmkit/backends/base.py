@@ -61,9 +61,11 @@ class Submission:
     note: str = ""
     dry_run: bool = False
     ran_here: bool = field(default=False, repr=False)  # the trials ran (and ended) here
+    described: str = field(default="", repr=False)  # how they were submitted, for people
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("scripts", "ran_here")}
+        hidden = ("scripts", "ran_here", "described")
+        out = {k: v for k, v in self.__dict__.items() if k not in hidden}
         out["submitted"] = len(self.indices)
         return out
 

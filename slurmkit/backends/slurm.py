@@ -92,6 +92,8 @@ class SlurmBackend(Backend):
         store.update_submission(sweep, number, state="submitted", jobs=jobs)
         recorded()
         result.jobs = jobs
+        arrays = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in jobs)
+        result.described = f"as job array {arrays}"
         return result
 
     def indices(self, record: dict[str, Any]) -> list[int]:

@@ -38,6 +38,8 @@ FINAL = {COMPLETED, FAILED, TERMINATED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL
 SUCCESS = {COMPLETED}
 UNSUCCESSFUL = FINAL - SUCCESS  # `slurmkit status` exits 1 when a trial is in one of these
 ACTIVE = {PENDING, RUNNING, REQUEUED}  # still queued or running: not to be submitted again
+# a record that needs a live process (or its requeue) behind it: without one, it vanished
+IN_FLIGHT = {RUNNING, TERMINATED, REQUEUED}
 
 # Slurm job states (squeue %T, sacct State, scontrol's JobState). TIMEOUT, PREEMPTED, NODE_FAIL,
 # CANCELLED, COMPLETED, FAILED and PENDING are Slurm's words for the trial states of those names.

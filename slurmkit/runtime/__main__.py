@@ -47,7 +47,21 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     task = sub.add_parser("task", help="run the trial of this array task")
     task.add_argument("--offset", type=int, default=0, help="trial index of array task 0")
+    task.add_argument("--spec", help=argparse.SUPPRESS)  # scripts rendered by slurmkit < 0.2
     args = parser.parse_args(argv)
+    if args.spec:  # an older standalone script: the login-side bootstrap, in this process
+        os.execv(
+            sys.executable,
+            [
+                sys.executable,
+                "-m",
+                "slurmkit.standalone",
+                "--offset",
+                str(args.offset),
+                "--spec",
+                args.spec,
+            ],
+        )
     return _task(args)
 
 

@@ -70,7 +70,7 @@ def expected_gpus(env: Mapping[str, str]) -> tuple[int | None, str]:
 def check_torch() -> tuple[Check, ModuleType | None]:
     try:
         import torch
-    except Exception as exc:
+    except Exception as exc:  # ImportError, or OSError from a missing library
         return Check("torch", False, f"cannot import torch: {exc}"), None
     return Check("torch", True, f"torch {torch.__version__}"), torch
 
@@ -97,7 +97,7 @@ def check_gpus(torch: ModuleType, env: Mapping[str, str]) -> Check:
 def check_nccl(torch: ModuleType) -> Check:
     try:
         version = torch.cuda.nccl.version()
-    except Exception as exc:
+    except Exception as exc:  # a build without NCCL, a broken library
         return Check("nccl", False, f"no NCCL: {exc}")
     if isinstance(version, int):  # old torch: 2708 -> 2.7.8
         version = (version // 1000, version // 100 % 10, version % 100)

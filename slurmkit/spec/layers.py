@@ -3,27 +3,33 @@
 The user config is ``$SLURMKIT_CONFIG`` or ``~/.config/slurmkit/config.yaml``; its keys are spec
 keys (``resources``, ``output_root``, ``container``, ``profile``, ``env``, ``requeue``).
 
-Layers of plain data are merged by :mod:`.yamldata` (fast: no omegaconf import); anything else
-(``${...}`` interpolation, ``???``, malformed YAML, merges that change a value's kind) by
-omegaconf, which gives the result or words the error.
+Files are read by :func:`.yamldata.read` on both paths. Layers of plain data are merged by
+:mod:`.yamldata` (fast: no omegaconf import); anything else (``${...}`` interpolation, ``???``,
+malformed YAML, merges that change a value's kind) by omegaconf, which gives the result or words
+the error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from ..core.profiles import PROFILES
-from ..core.values import Choice, Distribution
+from ..core.values import Choice, Distribution, _tokenize
 from ..errors import SpecError, reject_unknown
 from ..overrides import Override, OverrideError, parse_override
 from . import yamldata
 from .model import CLI, TOP_KEYS
+from .validate import ALIASES, canonical
 
 CONFIG_KEYS = ("resources", "output_root", "container", "profile", "env", "requeue")
+_MAPPINGS = ("resources", "container", "env", "requeue")  # keys whose values are mappings
+_OPENERS = ("BRACKET_OPEN", "BRACE_OPEN", "POPEN")
+_CLOSERS = ("BRACKET_CLOSE", "BRACE_CLOSE", "PCLOSE")
 
 
 def resolve(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
@@ -37,7 +43,7 @@ def resolve(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[O
 
 def resolve_data(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
     """:func:`resolve` without omegaconf; NeedsOmegaConf when a layer is not plain data."""
-    cfg = yamldata.load(path)
+    cfg = _canonical(yamldata.load(path), path)
     parsed = [parse_cli(text) for text in overrides]
     if isinstance(cfg.get("profile"), (dict, list)):
         raise yamldata.NeedsOmegaConf("profile")
@@ -59,19 +65,30 @@ def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, An
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        cfg = OmegaConf.load(path)
+        data = yamldata.read(path)
     except yaml.YAMLError as exc:
         raise SpecError(f"malformed YAML: {exc}".replace("\n", " "), file=path) from None
-    except OmegaConfBaseException as exc:
-        raise SpecError(str(exc).splitlines()[0], file=path) from None
-    if not OmegaConf.is_dict(cfg):
+    if not isinstance(data, dict | None):
         raise SpecError(
             "the top level must be a mapping of keys",
             file=path,
             hint=f"allowed keys: {', '.join(TOP_KEYS)}",
         )
+    data = _canonical(data or {}, path)
+    try:
+        cfg = OmegaConf.create(data)
+    except OmegaConfBaseException as exc:
+        raise SpecError(str(exc).splitlines()[0], file=path) from None
     parsed = [parse_cli(text) for text in overrides]
     user, layers = _defaults(cfg, parsed)
+    found = yamldata.clash(list(enumerate([*layers, user, data])))
+    if found:
+        raise SpecError(
+            "a mapping in one layer and a list in another cannot be merged",
+            file=path if found[0] == len(layers) + 1 else user_config_path(),
+            key=found[1],
+            hint="the layers: built-in profile < user config < spec file",
+        )
     merged = OmegaConf.merge(*map(OmegaConf.create, layers), OmegaConf.create(user), cfg)
     _drop_container(merged, cfg, parsed)
     for ov in _settings(parsed):
@@ -93,15 +110,47 @@ def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, An
 
 
 def parse_cli(text: str) -> Override:
-    """One command-line override, or a SpecError that shows where it cannot be read."""
+    """One command-line override, or a SpecError that shows where it cannot be read (or that it
+    nests too deep, or sets an env value to a float)."""
+    key, _, value = text.partition("=")
+    keys = key.lstrip("~+").split(".")
+    if len(keys) + _brackets(value) > yamldata.MAX_DEPTH:  # before the parser recurses
+        raise yamldata.too_deep(CLI, keys)
     try:
-        return parse_override(text)
+        ov = parse_override(text)
     except OverrideError as exc:
         raise SpecError(
             f"cannot read {text!r}: {exc.message} (column {exc.column})",
             file=CLI,
             hint="overrides look like key=value, params.lr=0.1,0.01 or params.n='range(1,5)'",
         ) from None
+    if keys[0] == "resources" and len(keys) == 2 and keys[1] in ALIASES:  # as in a layer
+        ov = dataclasses.replace(ov, key=f"resources.{ALIASES[keys[1]]}")
+    if keys[0] == "env" and isinstance(ov.value, float):
+        value = value.strip()
+        raise SpecError(
+            f"{value} is a float: the job would see {str(ov.value)!r}",
+            file=CLI,
+            key=ov.key,
+            hint=f"quote it: \"{ov.key}='{value}'\"",
+        )
+    return ov
+
+
+def _brackets(value: str) -> int:
+    """How deep the brackets of an override's value nest (0 when it cannot be read)."""
+    try:
+        tokens = _tokenize(value, 0)
+    except OverrideError:  # parse_override says why
+        return 0
+    depth = deepest = 0
+    for token in tokens:
+        if token.kind in _OPENERS:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.kind in _CLOSERS:
+            depth -= 1
+    return deepest
 
 
 def user_config_path() -> str:
@@ -126,17 +175,26 @@ def user_config() -> tuple[dict[str, Any], str]:
             hint=f"allowed keys: {', '.join(CONFIG_KEYS)}",
         )
     reject_unknown(data, CONFIG_KEYS, file=where)
-    return data, where
+    for key in _MAPPINGS:
+        if not isinstance(data.get(key), dict | None):
+            raise SpecError("must be a mapping", file=where, key=key)
+    return _canonical(data, where), where
 
 
 def _user_config_omegaconf(where: str) -> Any:
+    try:
+        data = yamldata.read(where)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"malformed: {str(exc).splitlines()[0]}", file=where) from None
+    if not isinstance(data, dict):
+        return data  # user_config() words the error
     # see resolve_omegaconf: imported only for a user config that needs it
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        return OmegaConf.to_container(OmegaConf.load(where), resolve=True)
-    except (yaml.YAMLError, OmegaConfBaseException) as exc:
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    except OmegaConfBaseException as exc:
         raise SpecError(f"malformed: {str(exc).splitlines()[0]}", file=where) from None
 
 
@@ -164,9 +222,18 @@ def _defaults(cfg: Any, parsed: list[Override]) -> tuple[dict[str, Any], list[di
     return user, [profile(str(chosen), user_path)] if chosen else []
 
 
+def _canonical(layer: dict[str, Any], file: str) -> dict[str, Any]:
+    """A layer whose ``resources`` name no alias: a later layer's ``cpus`` replaces an earlier
+    one's ``cpus_per_task``, as it would its ``cpus``."""
+    if isinstance(layer.get("resources"), dict):
+        layer["resources"] = canonical(layer["resources"], file)
+    return layer
+
+
 def _drop_container(merged: Any, cfg: Any, parsed: list[Override]) -> None:
     """Container defaults (profile, user config) apply only to specs that name an image."""
-    if "container" in merged and not (merged["container"] or {}).get("image"):
+    container = merged.get("container")
+    if "container" in merged and not (isinstance(container, Mapping) and container.get("image")):
         container_given = "container" in cfg or any(
             ov.key.startswith("container.") for ov in parsed
         )

@@ -18,7 +18,7 @@ from typing import Any
 from ..core import slurmtime
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
-from ..overrides import parse_value
+from ..overrides import MAX_SWEEP_SIZE, parse_value
 from .model import (
     ARG_STYLES,
     CAUSES,
@@ -33,7 +33,7 @@ from .model import (
     SweepSpec,
 )
 
-_ALIASES = {"cpus_per_task": "cpus", "gpus_per_node": "gpus"}
+ALIASES = {"cpus_per_task": "cpus", "gpus_per_node": "gpus"}  # resources keys: alias -> key
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,:|&!*()\[\]+=@/-]+$")
 _MEM = re.compile(r"^\d+[KMGT]?$")
@@ -58,22 +58,22 @@ def param_space(
     if not isinstance(raw, Mapping):
         raise SpecError("must be a mapping of parameter names to values", file=source, key=prefix)
     space: dict[str, Domain] = {}
+    owners: dict[str, str] = {}  # each parameter's key in raw: "a.b" and "a" both set a.b
     for key, value in raw.items():
         key = str(key)
         full = f"{prefix}.{key}"
         if not key or key.startswith(".") or key.endswith("."):
             raise SpecError("empty parameter name", file=source, key=full)
+        entries: dict[str, tuple[Domain, Any]] = {}  # what key sets: parameter -> (domain, text)
         if isinstance(value, Mapping):
             sub_texts: dict[str, Any] = {}
             for sub, dom in param_space(value, source, sub_texts, full).items():
-                space[f"{key}.{sub}"] = dom
-                texts[f"{key}.{sub}"] = sub_texts[sub]
-            continue
+                entries[f"{key}.{sub}"] = dom, sub_texts[sub]
         elif isinstance(value, list):
-            space[key] = single(Choice(tuple(value)))
+            entries[key] = single(Choice(tuple(value))), value
         elif isinstance(value, str):
             try:
-                space[key] = single(parse_value(value))
+                entries[key] = single(parse_value(value)), value
             except OverrideError as exc:
                 raise SpecError(
                     f"cannot read {value!r}: {exc.message} (column {exc.column})",
@@ -83,8 +83,16 @@ def param_space(
                     "or put it in a list: [text]",
                 ) from None
         else:
-            space[key] = value
-        texts[key] = value
+            entries[key] = value, value
+        for name, (dom, text) in entries.items():
+            if name in space:
+                raise SpecError(
+                    f"the keys {owners[name]!r} and {key!r} both set {prefix}.{name}",
+                    file=source,
+                    key=f"{prefix}.{name}",
+                    hint="write each parameter once, as a dotted key or nested",
+                )
+            space[name], texts[name], owners[name] = dom, text, key
     return space
 
 
@@ -126,6 +134,13 @@ def validate(
         if isinstance(dom, Choice) and not dom.values:
             raise SpecError("empty search space: no values", file=source, key=f"params.{key}")
     num_samples = _positive(data, "num_samples", source, default=1)
+    if num_samples > MAX_SWEEP_SIZE:
+        raise SpecError(
+            f"must be at most {MAX_SWEEP_SIZE:,}, got {num_samples:,}",
+            file=source,
+            key="num_samples",
+            hint="split the search into sweeps of fewer samples (each with its own seed)",
+        )
     if num_samples > 1 and not any(isinstance(d, Distribution) for d in params.values()):
         raise SpecError(
             "num_samples > 1 needs a random parameter",
@@ -159,6 +174,13 @@ def validate(
             hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)",
         )
     container = data.get("container")
+    if container is not None and not isinstance(container, Mapping):
+        raise SpecError(
+            f"must be a mapping, got {type(container).__name__} {container!r}",
+            file=source,
+            key="container",
+            hint="container: {image: nvcr.io/nvidia/pytorch:24.01-py3}",
+        )
     if container is not None:
         from .. import pyxis  # ~3 ms (its regexes, hashlib): only container specs need it
 
@@ -242,13 +264,30 @@ def _env(raw: Any, source: str) -> dict[str, str]:
         return {}
     if not isinstance(raw, Mapping):
         raise SpecError("must be a mapping of variable names to values", file=source, key="env")
-    env = {}
+    env: dict[str, str] = {}
+    given: dict[str, Any] = {}  # each name's key in raw: true and 'True' both name True
     for key, value in raw.items():
-        if not _ENV.match(str(key)):
+        name = str(key)
+        if not _ENV.match(name):
             raise SpecError("not a valid environment variable name", file=source, key=f"env.{key}")
+        if name in given:
+            raise SpecError(
+                f"the keys {given[name]!r} and {key!r} both name {name}",
+                file=source,
+                key=f"env.{name}",
+                hint="quote a name that YAML reads as a boolean or null: 'TRUE': ...",
+            )
         if isinstance(value, (dict, list)) or value is None:
             raise SpecError("must be a string or number", file=source, key=f"env.{key}")
-        env[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+        if isinstance(value, float):
+            raise SpecError(
+                f"{value!r} is a float: the job would see {str(value)!r}, not the text written",
+                file=source,
+                key=f"env.{name}",
+                hint=f"quote it: {name}: '{value!r}'",
+            )
+        given[name] = key
+        env[name] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
 
 
@@ -263,8 +302,8 @@ def _resources(raw: Any, source: str) -> Resources:
             hint=f"allowed keys: {', '.join(RESOURCE_KEYS)}",
         )
     reject_unknown(raw, RESOURCE_KEYS, file=source, prefix="resources.")
-    raw = {_ALIASES.get(k, k): v for k, v in raw.items()}
     p = "resources."
+    raw = canonical(raw, source)
     words = {}
     for key in ("partition", "account", "qos", "constraint", "switches"):
         value = _typed(raw, key, str, source, default=None, prefix=p)
@@ -329,6 +368,20 @@ def _resources(raw: Any, source: str) -> Resources:
     )
 
 
+def canonical(resources: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``resources`` with each alias (``cpus_per_task``) renamed to its key (``cpus``); SpecError
+    when both are there (one would silently replace the other)."""
+    for alias, key in ALIASES.items():
+        if alias in resources and key in resources:
+            raise SpecError(
+                f"resources.{key} and resources.{alias} are the same setting",
+                file=source,
+                key=f"resources.{alias}",
+                hint=f"keep one of them: {key}",
+            )
+    return {ALIASES.get(k, k): v for k, v in resources.items()}
+
+
 def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
     if raw is None:
         return {}
@@ -340,13 +393,22 @@ def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
             hint="extra: {exclusive: true, comment: run42}",
         )
     extra: dict[str, str | int | bool] = {}
-    for key, value in raw.items():
-        key = str(key).lstrip("-")
+    given: dict[str, Any] = {}  # each option's key in raw: comment and --comment are one option
+    for written, value in raw.items():
+        key = str(written).lstrip("-")
         full = f"resources.extra.{key}"
         if not _OPTION.match(key):
             raise SpecError("not an sbatch long option name", file=source, key=full)
         if key in _RESERVED:
             raise SpecError("slurmkit sets this option itself", file=source, key=full)
+        if key in given:
+            raise SpecError(
+                f"the keys {given[key]!r} and {written!r} are the same option",
+                file=source,
+                key=full,
+                hint="keep one of them",
+            )
+        given[key] = written
         if isinstance(value, (dict, list)) or value is None:
             raise SpecError("must be a string, number or true/false", file=source, key=full)
         if not isinstance(value, bool) and not _SLURM_WORD.match(str(value)):

@@ -1,30 +1,73 @@
 """Spec layers as Python data: what omegaconf makes of them, without importing omegaconf.
 
-Specs, the user config and the overrides are loaded, merged and updated here when everything is
-data omegaconf would not change: string keys; strings, ints, floats, booleans, nulls, lists and
-mappings; no ``${`` interpolation and no ``???``; merges and updates that keep each value's kind
-(mapping, list or scalar); well-formed UTF-8 YAML. Then the result is the one omegaconf gives.
-Anything else raises :class:`NeedsOmegaConf`, and :mod:`slurmkit.spec.layers` lets omegaconf
-decide (the result, or the error message). ``tests/test_yamldata.py`` checks both paths against
-each other.
+Specs and the user config are read by :func:`read` (its :class:`Loader`) on both paths, this one
+and omegaconf's: the same YAML gives the same data, and what no spec may hold (nesting deeper
+than :data:`MAX_DEPTH`, aliases that expand too far, NUL characters, text that is not UTF-8, ...)
+is a SpecError before anything else sees it.
+
+The layers are loaded, merged and updated here when everything is data omegaconf would not
+change: string keys; strings, ints, floats, booleans, nulls, lists and mappings; no ``${``
+interpolation and no ``???``; merges and updates that keep each value's kind (mapping, list or
+scalar); well-formed YAML. Then the result is the one omegaconf gives. Anything else raises
+:class:`NeedsOmegaConf`, and :mod:`slurmkit.spec.layers` lets omegaconf decide (the result, or
+the error message). ``tests/test_yamldata.py`` checks both paths against each other.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
+
+from ..errors import SpecError
+
+MAX_DEPTH = 64
+"""How deep mappings and lists may nest in a spec (its top-level values are at depth 1)."""
+MAX_ALIASED = 10_000
+"""How many values a file's YAML aliases (``*name``) may repeat ("billion laughs" repeat 10^9)."""
+
+_FLOAT = "tag:yaml.org,2002:float"
+_INT = "tag:yaml.org,2002:int"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
 
 
 class NeedsOmegaConf(Exception):
     """The input needs omegaconf (to resolve it, or to word its error)."""
 
 
+def too_deep(file: str, keys: Sequence[str]) -> SpecError:
+    """The error for a value at ``keys`` (the first of them are named) nested too deep."""
+    where = ".".join(keys[:3]) + ("..." if len(keys) > 3 else "")
+    return SpecError(
+        f"nested more than {MAX_DEPTH} levels deep",
+        file=file,
+        key=where,
+        hint=f"mappings and lists may nest at most {MAX_DEPTH} levels",
+    )
+
+
 class Loader(yaml.SafeLoader):
-    """omegaconf's YAML loader (``omegaconf._utils.get_yaml_loader``) without its pathlib tags:
-    duplicate keys are an error, ``1e-5`` is a float, timestamps stay strings."""
+    """The YAML loader of specs and the user config, on both paths.
+
+    It is omegaconf's (``omegaconf._utils.get_yaml_loader``) without its pathlib tags and without
+    YAML 1.1's base-60 numbers: duplicate keys are an error, ``1e-5`` is a float, timestamps stay
+    strings, and so do ``15:00`` and ``1:30`` (not 900 and 90). As SpecError naming ``source``
+    and the key, it refuses nesting deeper than MAX_DEPTH, aliases that repeat more than
+    MAX_ALIASED values or contain themselves, NUL characters (no argument, variable or path holds
+    one), and an ``env`` value that YAML reads as a float (``1e-3`` would reach the job as
+    ``0.001``).
+    """
+
+    def __init__(self, stream: Any, source: str = "<string>") -> None:
+        super().__init__(stream)
+        self.source = source
+        self._keys: list[str] = []  # where the node being composed is: its parents' keys, its own
+        self._sizes: dict[int, tuple[int, int]] = {}  # id(node): (values, depth), aliases expanded
+        self._aliased = 0
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         keys = set()
@@ -41,34 +84,169 @@ class Loader(yaml.SafeLoader):
             keys.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if parent is not None:
+            self._keys.append(_label(index))
+        if self.check_event(yaml.AliasEvent):
+            self._count_alias(self.anchors.get(self.peek_event().anchor))
+            node = super().compose_node(parent, index)
+        else:
+            if len(self._keys) > MAX_DEPTH:
+                raise too_deep(self.source, self._keys)
+            node = super().compose_node(parent, index)
+            self._measure(node, is_key=parent is not None and index is None)
+        if parent is not None:
+            self._keys.pop()
+        return node
 
+    def _count_alias(self, target: yaml.Node | None) -> None:
+        """Count what an alias repeats (an undefined one is PyYAML's error)."""
+        if target is None:
+            return
+        key = ".".join(self._keys)
+        if id(target) not in self._sizes:
+            raise SpecError(
+                "an alias inside the value it names (the value would contain itself)",
+                file=self.source,
+                key=key,
+            )
+        size, depth = self._sizes[id(target)]
+        self._aliased += size
+        if self._aliased > MAX_ALIASED:
+            raise SpecError(
+                f"YAML aliases repeat more than {MAX_ALIASED:,} values",
+                file=self.source,
+                key=key,
+                hint="write the values out, or repeat smaller ones",
+            )
+        if len(self._keys) + depth > MAX_DEPTH:
+            raise too_deep(self.source, self._keys)
+
+    def _measure(self, node: yaml.Node, is_key: bool) -> None:
+        """Record a composed node's size and depth; refuse a scalar no spec may hold."""
+        if isinstance(node, yaml.ScalarNode):
+            self._sizes[id(node)] = (1, 0)
+            keys = [*self._keys[:-1], node.value] if is_key else self._keys
+            if "\0" in node.value:
+                raise SpecError(
+                    "a NUL character (no argument, variable or path can hold one)",
+                    file=self.source,
+                    key=".".join(keys).replace("\0", "\\0"),
+                )
+            if node.tag == _FLOAT and not is_key and len(keys) == 2 and keys[0] == "env":
+                raise SpecError(
+                    f"{node.value} is a YAML float: the job would see "
+                    f"{str(self.construct_yaml_float(node))!r}",
+                    file=self.source,
+                    key=f"env.{keys[1]}",
+                    hint=f"quote it: {keys[1]}: '{node.value}'",
+                )
+            return
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = node.value
+        sizes = [self._sizes[id(child)] for child in children]
+        self._sizes[id(node)] = (
+            1 + sum(size for size, _ in sizes),
+            max((1 + depth for _, depth in sizes), default=0),
+        )
+
+
+def _label(index: Any) -> str:
+    """A node's part of a dotted key: its mapping key's text, its list index, or ``?``."""
+    if isinstance(index, yaml.ScalarNode):
+        return str(index.value)
+    return str(index) if isinstance(index, int) else "?"
+
+
+# YAML 1.1's int and float (PyYAML's) and omegaconf's float (1e-5 has no '.'), each without its
+# base-60 form ([-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+ and the like, with a fraction for floats).
+_NUMBERS = {
+    _INT: re.compile(
+        """^(?:[-+]?0b[0-1_]+
+                    |[-+]?0[0-7_]+
+                    |[-+]?(?:0|[1-9][0-9_]*)
+                    |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    ),
+    _FLOAT: re.compile(
+        """^(?:[-+]?(?:[0-9][0-9_]*)\\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\\.(?:inf|Inf|INF)
+                    |\\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+}
+Loader.yaml_implicit_resolvers = {
+    key: [(tag, _NUMBERS.get(tag, regexp)) for tag, regexp in resolvers if tag != _TIMESTAMP]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
+    _FLOAT,
     re.compile(
         """^(?:
          [-+]?[0-9]+(?:_[0-9]+)*\\.[0-9_]*(?:[eE][-+]?[0-9]+)?
         |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
         |\\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
-        |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\\.[0-9_]*
         |[-+]?\\.(?:inf|Inf|INF)
         |\\.(?:nan|NaN|NAN))$""",
         re.X,
     ),
     list("-+0123456789."),
 )
-Loader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for key, resolvers in Loader.yaml_implicit_resolvers.items()
-}
+
+
+def read(path: str) -> Any:
+    """The data in the YAML file ``path`` (None when empty), read by :class:`Loader`: what both
+    paths load. yaml.YAMLError when it is malformed; SpecError when it is not UTF-8 text, and for
+    what the Loader refuses."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        text = io.StringIO(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start)
+        raise SpecError(
+            f"not UTF-8 text: byte {raw[exc.start]:#04x} on line {line + 1} ({exc.reason})",
+            file=path,
+            key=_key_on(raw.decode("utf-8", errors="replace"), line),
+            hint="save the file as UTF-8",
+        ) from None
+    text.name = os.path.abspath(path)  # YAML errors name the file, as omegaconf's do
+    loader = Loader(text, path)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _key_on(text: str, line: int) -> str | None:
+    """The dotted key of the innermost value that starts on or before ``line`` (from 0) of the
+    YAML ``text``; None if there is none, or ``text`` cannot be read."""
+    try:
+        node = Loader(text).get_single_node()
+    except (yaml.YAMLError, SpecError):
+        return None
+    keys: list[str] = []
+    while isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if isinstance(node, yaml.MappingNode):
+            items = [(_label(k), k.start_mark.line, v) for k, v in node.value]
+        else:
+            items = [(str(n), v.start_mark.line, v) for n, v in enumerate(node.value)]
+        before = [(key, child) for key, start, child in items if start <= line]
+        if not before:
+            break
+        key, node = before[-1]
+        keys.append(key)
+    return ".".join(keys) or None
 
 
 def load(path: str) -> dict[str, Any]:
-    """The mapping in the YAML file ``path`` (``{}`` when empty), as ``OmegaConf.load`` +
-    ``OmegaConf.to_container`` give it."""
+    """The mapping in the YAML file ``path`` (``{}`` when empty), as omegaconf gives it."""
     try:
-        with open(os.path.abspath(path), encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=Loader)
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # omegaconf words the error
+        data = read(path)
+    except yaml.YAMLError as exc:  # omegaconf words the error
         raise NeedsOmegaConf(str(exc)) from None
     if data is None:
         return {}
@@ -120,6 +298,30 @@ def _merge_into(dest: dict[str, Any], src: dict[str, Any]) -> None:
             _merge_into(dest[key], value)
         else:
             dest[key] = as_data(value)
+
+
+def clash(layers: Sequence[tuple[int, dict[str, Any]]], prefix: str = "") -> tuple[int, str] | None:
+    """Where ``OmegaConf.merge`` of ``layers`` (numbered mappings, lowest first) fails: the number
+    of the layer whose list meets a mapping (or mapping a list) below it, and the dotted key."""
+    for key in dict.fromkeys(k for _, layer in layers for k in layer):
+        groups: list[
+            list[tuple[int, Any]]
+        ] = []  # the values at key: mappings merge, others replace
+        for n, layer in layers:
+            if key not in layer:
+                continue
+            value = layer[key]
+            below = groups[-1][-1][1] if groups else None
+            if {type(below), type(value)} == {dict, list}:
+                return n, f"{prefix}{key}"
+            if type(below) is dict and type(value) is dict:
+                groups[-1].append((n, value))
+            else:
+                groups.append([(n, value)])
+        for group in groups:
+            if type(group[0][1]) is dict and (found := clash(group, f"{prefix}{key}.")):
+                return found
+    return None
 
 
 def parent(cfg: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:

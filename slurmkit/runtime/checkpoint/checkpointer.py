@@ -58,7 +58,7 @@ def _wait_all() -> None:
     for ckpt in list(_open):
         try:
             ckpt.wait()
-        except BaseException as exc:
+        except BaseException as exc:  # nothing left to raise it to
             print(f"slurmkit.checkpoint: last checkpoint not saved: {exc}", file=sys.stderr)
 
 
@@ -183,7 +183,7 @@ class Checkpointer:
             if copies is not None:
                 copies.finish()
             self._write(snap, step, how)
-        except BaseException as exc:
+        except BaseException as exc:  # re-raised by the next save/wait/close
             self._error = exc
 
     @property
