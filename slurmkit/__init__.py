@@ -1,6 +1,6 @@
 """slurmkit: sweeps, container jobs and resumable checkpoints for Slurm GPU clusters.
 
-Imports stay light: the login-node API (:mod:`slurmkit.sweep`, :mod:`slurmkit.status`) and
+Imports stay light: the login-node API (:mod:`slurmkit.sweep`, :mod:`slurmkit.sweepstate`) and
 the in-job runtime (:mod:`slurmkit.runtime`) load on first use.
 """
 
@@ -17,7 +17,7 @@ _LAZY = {
     "load": ("slurmkit.spec", "load"),
     "submit": ("slurmkit.sweep", "submit"),
     "resume": ("slurmkit.sweep", "resume"),
-    "status": ("slurmkit.status", "collect"),
+    "status": ("slurmkit.sweepstate", "collect"),
     "UserError": ("slurmkit.errors", "UserError"),
 }
 

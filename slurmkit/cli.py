@@ -213,8 +213,8 @@ def sweep(
     reporter.stop()
     _outcome(result, as_json)
     if wait and not result.ran_here and result.indices and not dry_run:
-        from .status import collect  # status: the backends' queries
-        from .status import wait as until_done
+        from .sweepstate import collect  # status: the backends' queries
+        from .sweepstate import wait as until_done
 
         if as_json:
             final = until_done(lambda: collect(result.sweep_dir))
@@ -353,7 +353,7 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
       slurmkit status runs/lr-20261130-101500 --watch
       slurmkit status runs/lr-20261130-101500 --json | jq .counts
     """
-    from .status import collect  # status: the backends' queries
+    from .sweepstate import collect  # status: the backends' queries
 
     if watch:
         from . import ui  # ui: rich, ~25 ms; --json and --help need none of it

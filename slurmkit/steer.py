@@ -12,7 +12,7 @@ from .backends.base import Stopped
 from .core import lock, states
 from .core.fsutil import Damaged, read_record
 from .errors import UserError
-from .status import collect
+from .sweepstate import collect
 
 _FIXED = ("index", "id", "state")  # the columns of every results row, before its params
 

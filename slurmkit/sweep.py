@@ -133,7 +133,7 @@ def _resume(
     lock: Lock,
 ) -> Submission:
     """:func:`resume` with the sweep's lock held (not for a dry run)."""
-    from .status import collect  # ~1 ms: only a resume reads the sweep's state
+    from .sweepstate import collect  # ~1 ms: only a resume reads the sweep's state
 
     current = collect(sweep.root)
     todo = [

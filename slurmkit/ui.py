@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .core import states
-from .status import SweepStatus, wait
+from .sweepstate import SweepStatus, wait
 
 if TYPE_CHECKING:
     from .backends.base import Backend, Submission

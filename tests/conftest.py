@@ -71,7 +71,7 @@ def assert_shell_ok(text: str) -> None:
 def wait_sweep(root: str, timeout: float = 240) -> dict:
     """Poll the sweep's status until every trial has finished; its status as a dict."""
     from slurmkit.errors import SchedulerError
-    from slurmkit.status import collect
+    from slurmkit.sweepstate import collect
 
     end = time.time() + timeout
     counts: dict = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from slurmkit import backends, status, steer, store, sweep
+from slurmkit import backends, steer, store, sweep, sweepstate
 from slurmkit import spec as spec_mod
 from slurmkit.backends.base import Backend, LiveTask, Stopped, Submission, TaskState
 from slurmkit.errors import SchedulerError, UserError
@@ -81,19 +81,19 @@ def test_a_registered_backend_runs_submit_status_resume_and_cancel(fake, spec_fi
     )
     sub = sweep.submit(s, backend="fake")
     assert (sub.backend, sub.indices, len(sub.scripts)) == ("fake", [0, 1, 2], 1)
-    current = status.collect(sub.sweep_dir)
+    current = sweepstate.collect(sub.sweep_dir)
     assert [(t.state, t.job, t.reason) for t in current.trials] == [
         ("PENDING", f"fake-{i}", "Resources") for i in range(3)
     ]
     QUEUE["fake-1"] = TaskState("FAILED", "", 3)
-    assert status.collect(sub.sweep_dir).trials[1].state == "FAILED"
+    assert sweepstate.collect(sub.sweep_dir).trials[1].state == "FAILED"
     again = sweep.resume(sub.sweep_dir)  # sticky: back to the fake backend, failed trial only
     assert (again.backend, again.indices) == ("fake", [1])
     done = steer.cancel(sub.sweep_dir)
     assert done.as_dict()["fake_tasks"] == ["fake-0", "fake-1", "fake-2"]
     assert done.texts == ["fake task fake-0", "fake task fake-1", "fake task fake-2"]
     assert CANCELLED == ["fake-0", "fake-1", "fake-2"]
-    assert [t.state for t in status.collect(sub.sweep_dir).trials] == ["CANCELLED"] * 3
+    assert [t.state for t in sweepstate.collect(sub.sweep_dir).trials] == ["CANCELLED"] * 3
 
 
 def test_unknown_backend_names_the_allowed_ones():

@@ -17,7 +17,7 @@ import pytest
 from conftest import PAYLOAD, ROOT, run_cli
 
 from slurmkit.errors import SchedulerError
-from slurmkit.status import collect
+from slurmkit.sweepstate import collect
 
 pytestmark = pytest.mark.cluster
 TRAIN = ROOT / "examples" / "resumable_train.py"

@@ -12,7 +12,7 @@ import pytest
 from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli, wait_sweep
 from spec_examples import TRICKY
 
-from slurmkit.status import collect
+from slurmkit.sweepstate import collect
 
 pytestmark = pytest.mark.cluster
 

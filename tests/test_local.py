@@ -268,3 +268,22 @@ def test_standalone_bootstrap_new_and_old_script_forms(tmp_path):
         assert status["state"] == "COMPLETED"
         record = json.loads((root / "submissions" / "0000.json").read_text())
         assert record["jobs"][0]["job_id"] == "77"
+
+
+def test_python_api_names_survive_submodule_imports(tmp_path):
+    """`slurmkit.status(dir)` works every time: no submodule shares a name with the API (an
+    imported submodule would shadow the lazy name)."""
+    import importlib
+    import pkgutil
+
+    import slurmkit
+
+    _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")
+    first = slurmkit.status(result["sweep_dir"])
+    for mod in pkgutil.iter_modules(slurmkit.__path__):
+        if mod.name != "cli":
+            importlib.import_module(f"slurmkit.{mod.name}")
+    again = slurmkit.status(result["sweep_dir"])
+    assert first.counts == again.counts == {"COMPLETED": 1}
+    for name in slurmkit.__all__:
+        assert not isinstance(getattr(slurmkit, name), type(slurmkit)), name

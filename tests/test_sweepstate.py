@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from slurmkit import status
+from slurmkit import sweepstate
 from slurmkit.backends.base import LiveTask, TaskState
 from slurmkit.core import states
-from slurmkit.status import CASES, Seen, decide
+from slurmkit.sweepstate import CASES, Seen, decide
 
 
 def seen(file=None, slurm=None, same_job=False, owned=False, here=False) -> Seen:
@@ -107,15 +107,15 @@ def test_merge_reads_attempts_and_the_live_task():
         "cause": None,
         "attempts": [{"n": 1, "host": "n2", "array_job_id": "41", "array_task_id": "3"}],
     }
-    t = status._merge(ROW, st, LiveTask("41_3", TaskState("RUNNING", "None"), False))
+    t = sweepstate._merge(ROW, st, LiveTask("41_3", TaskState("RUNNING", "None"), False))
     assert (t.state, t.attempts, t.host, t.job, t.reason) == ("RUNNING", 1, "n2", "41_3", "")
 
 
 def test_merge_takes_the_exit_code_from_accounting_when_the_trial_never_started():
-    t = status._merge(ROW, None, LiveTask("41_3", TaskState("FAILED", "", 9), False))
+    t = sweepstate._merge(ROW, None, LiveTask("41_3", TaskState("FAILED", "", 9), False))
     assert (t.state, t.exit_code) == ("FAILED", 9)
 
 
 def test_merge_shows_a_pending_reason():
-    t = status._merge(ROW, None, LiveTask("41_3", TaskState("PENDING", "Priority"), False))
+    t = sweepstate._merge(ROW, None, LiveTask("41_3", TaskState("PENDING", "Priority"), False))
     assert (t.state, t.reason) == ("PENDING", "Priority")
