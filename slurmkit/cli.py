@@ -88,6 +88,12 @@ def _outcome(result: Any, as_json: bool) -> None:
         sys.exit(1)
 
 
+def _positive_seconds(value: float) -> float:
+    if not (value > 0 and value < float("inf")):  # NaN compares false
+        raise click.BadParameter(f"{value} is not a number of seconds above 0")
+    return value
+
+
 def _warn(warnings: list[str]) -> None:
     """One line on stderr per damaged file of a sweep directory (what it costs, what to do)."""
     for text in warnings:
@@ -339,7 +345,13 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
     '"-Infinity").',
 )
 @click.option("--watch", is_flag=True, help="Refresh until every trial has finished.")
-@click.option("--interval", default=5.0, show_default=True, help="Seconds between refreshes.")
+@click.option(
+    "--interval",
+    default=5.0,
+    show_default=True,
+    callback=lambda _ctx, _param, v: _positive_seconds(v),
+    help="Seconds between refreshes (more than 0).",
+)
 @click.option("--all", "show_all", is_flag=True, help="List every trial (default: 25 rows).")
 @_guard
 def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all: bool) -> None:
@@ -428,12 +440,12 @@ def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
       slurmkit logs runs/lr-20261130-101500 3
       slurmkit logs runs/lr-20261130-101500 9f2c1a -f
     """
-    from .steer import log_path  # steer: status and the sweep directory
+    from .steer import log_path, trial_ended  # steer: status and the sweep directory
 
     path = log_path(sweep_dir, trial, slurm_log)
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
-    ui.print_file(path, follow)
+    ui.print_file(path, follow, trial_ended(sweep_dir, trial))
 
 
 @main.command()

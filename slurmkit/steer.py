@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ from . import backends, store
 from .backends.base import Stopped
 from .core import lock, states
 from .core.fsutil import Damaged, read_record
+from .core.layout import SweepDir
 from .errors import UserError
 from .sweepstate import collect
 
@@ -112,10 +114,37 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
         if not isinstance(attempt, dict):
             continue
         if "array_job_id" in attempt:
-            return os.path.join(
-                sweep.logs, f"{attempt['array_job_id']}_{attempt['array_task_id']}.out"
-            )
+            return _slurm_log(sweep, attempt["array_job_id"], attempt["array_task_id"])
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
+
+
+def _slurm_log(sweep: SweepDir, array: str, task: str) -> str:
+    """Where Slurm wrote an array task's output: the sweep's ``logs/`` for the scripts that
+    ``slurmkit sweep`` submits; for a standalone script (submitted with plain sbatch, its record
+    has no script), ``NAME-ARRAY_TASK.out`` in the directory it was submitted from."""
+    for record in store.submissions(sweep):
+        for job in record.get("jobs", []):
+            if job.get("job_id") == array and job.get("script") is None:
+                config = store.config(sweep, warnings=[])
+                submit_dir = config.get("submit_dir") or os.path.dirname(sweep.root)
+                return os.path.join(submit_dir, f"{config.get('name', '')}-{array}_{task}.out")
+    return os.path.join(sweep.logs, f"{array}_{task}.out")
+
+
+def trial_ended(root: str, ref: str) -> Callable[[], bool]:
+    """A check that the trial's record says it has ended (and will not run again by itself):
+    what ``logs --follow`` waits for."""
+    sweep = store.open_sweep(root)
+    path = sweep.status(find_trial(root, ref)["id"])
+
+    def ended() -> bool:
+        try:
+            status = read_record(path, default={}) or {}
+        except Damaged:
+            return True
+        return status.get("state") in states.FINAL
+
+    return ended
 
 
 @dataclass

@@ -223,15 +223,19 @@ def print_csv(rows: list[dict[str, Any]], columns: list[str]) -> None:
         )
 
 
-def print_file(path: str, follow: bool) -> None:
-    """Copy the file to stdout; with ``follow``, keep copying what is appended (Ctrl-C stops)."""
+def print_file(path: str, follow: bool, ended: Callable[[], bool] = lambda: False) -> None:
+    """Copy the file to stdout; with ``follow``, keep copying what is appended until
+    ``ended()`` says the writer is done and nothing more came (or Ctrl-C)."""
     if not os.path.exists(path) and not follow:
         err.print(Text(f"no output yet: {path}"))
         return
-    while not os.path.exists(path):
-        time.sleep(0.5)
-    with open(path, "rb") as fh:
-        try:
+    try:
+        while not os.path.exists(path):
+            if ended():
+                err.print(Text(f"no output: {path}"))
+                return
+            time.sleep(0.5)
+        with open(path, "rb") as fh:
             while True:
                 chunk = fh.read(65536)
                 if chunk:
@@ -239,7 +243,11 @@ def print_file(path: str, follow: bool) -> None:
                     sys.stdout.flush()
                 elif not follow:
                     return
+                elif ended():  # one more read: what it wrote before it ended
+                    sys.stdout.buffer.write(fh.read())
+                    sys.stdout.flush()
+                    return
                 else:
                     time.sleep(0.5)
-        except KeyboardInterrupt:
-            return
+    except KeyboardInterrupt:
+        return

@@ -205,6 +205,10 @@ def test_plain_sbatch_script_runs_as_rendered(slurm_cluster, tmp_path):
     while time.time() < end and collect(str(root)).counts != {"COMPLETED": 3}:
         time.sleep(1)
     assert collect(str(root)).counts == {"COMPLETED": 3}
+    # Slurm's own log of a standalone script's task is where that script put it
+    log = run_cli("logs", str(root), "1", "--slurm", cwd=tmp_path)
+    assert log.returncode == 0, log.stderr
+    assert log.stdout == (tmp_path / f"plain-{job}_1.out").read_text()
 
 
 def test_status_makes_one_scheduler_query(slurm_cluster, tmp_path):

@@ -287,3 +287,13 @@ def test_python_api_names_survive_submodule_imports(tmp_path):
     assert first.counts == again.counts == {"COMPLETED": 1}
     for name in slurmkit.__all__:
         assert not isinstance(getattr(slurmkit, name), type(slurmkit)), name
+
+
+def test_logs_follow_ends_with_the_trial_and_interval_must_be_positive(tmp_path):
+    _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n")
+    root = result["sweep_dir"]
+    proc = run_cli("logs", root, "1", "-f", timeout=30)  # the trial has ended: so does -f
+    assert proc.returncode == 0 and "hello from trial 1" in proc.stdout
+    for bad in ("0", "-1", "nan", "inf"):
+        proc = run_cli("status", root, "--watch", "--interval", bad, timeout=30)
+        assert proc.returncode == 2 and "--interval" in proc.stderr, (bad, proc.stderr)
