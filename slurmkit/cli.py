@@ -26,9 +26,29 @@ from .backends import NAMES  # noqa: E402
 BACKEND = click.Choice(NAMES)
 
 
-def _fail(exc: Exception) -> NoReturn:
-    click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
-    sys.exit(getattr(exc, "exit_code", 1))
+def _files(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+    """Shell completion of a SPEC: the shell's own file names."""
+    from click.shell_completion import CompletionItem  # only when completing
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def _dirs(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+    """Shell completion of a sweep DIR: the shell's own directory names."""
+    from click.shell_completion import CompletionItem  # only when completing
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def _fail(exc: Exception, as_json: bool = False) -> NoReturn:
+    """The error on stderr (one JSON object with --json), then its exit code."""
+    code = getattr(exc, "exit_code", 1)
+    if as_json:
+        fields = {k: getattr(exc, k, None) for k in ("message", "file", "key", "hint")}
+        click.echo(json.dumps({"error": fields, "exit_code": code}, ensure_ascii=False), err=True)
+    else:
+        click.echo(click.style("error: ", fg="red", bold=True) + str(exc), err=True)
+    sys.exit(code)
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,7 +62,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            _fail(exc)
+            _fail(exc, bool(kwargs.get("as_json")))
 
     return wrapper
 
@@ -134,7 +154,7 @@ def main() -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...")
+@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...", shell_complete=_files)
 @click.option(
     "--resume",
     "resume_dir",
@@ -157,6 +177,7 @@ def main() -> None:
 )
 @click.option("--wait", is_flag=True, help="On Slurm, follow the sweep until every trial ends.")
 @click.option("--yes", is_flag=True, help="Submit even more than 100,000 trials.")
+@click.option("--list", "list_trials", is_flag=True, help="List the trials; submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @_guard
 def sweep(
@@ -168,6 +189,7 @@ def sweep(
     plain: bool,
     wait: bool,
     yes: bool,
+    list_trials: bool,
     as_json: bool,
 ) -> None:
     """Expand SPEC (YAML) into trials and run them as one Slurm job array.
@@ -180,6 +202,7 @@ def sweep(
       slurmkit sweep sweeps/lr.yaml params.lr=0.1,0.01 'params.layers=range(1,4)'
       slurmkit sweep sweeps/lr.yaml resources.time=2:00:00 resources.partition=gpu
       slurmkit sweep sweeps/lr.yaml --dry-run
+      slurmkit sweep sweeps/lr.yaml --list          # the trials, with index and parameters
       slurmkit sweep sweeps/lr.yaml --wait          # progress bar until every trial ends
       slurmkit sweep --resume runs/lr-20261130-101500 resources.time=4:00:00
     """
@@ -187,6 +210,11 @@ def sweep(
 
     if resume_dir is None and not args:
         raise click.UsageError("give a SPEC file, or --resume DIR")
+    if list_trials:
+        if resume_dir:
+            raise click.UsageError("--list goes with a SPEC (for a sweep: slurmkit status DIR)")
+        _list_trials(args, as_json)
+        return
     if plain:
         if not dry_run or resume_dir:
             raise click.UsageError("--plain only goes with --dry-run and a SPEC")
@@ -228,11 +256,28 @@ def sweep(
             from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
             final = ui.follow(lambda: collect(result.sweep_dir))
+            ui.print_summary(final)
         sys.exit(0 if final.ok else 1)
 
 
+def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
+    """``sweep SPEC --list``: the trials a submit would make (index, id, parameters)."""
+    from . import plan  # plan: the trials' expansion
+    from .spec import load  # spec: PyYAML and the override parser (~15 ms)
+
+    trials = plan.expand(load(args[0], args[1:]))
+    if as_json:
+        click.echo("[" + ", ".join(trials.rows) + "]")  # the manifest's rows, as they are
+        return
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+    ui.print_trials(trials)
+
+
 @main.command()
-@click.argument("args", nargs=-1, metavar="JOB [OVERRIDES]...", required=True)
+@click.argument(
+    "args", nargs=-1, metavar="JOB [OVERRIDES]...", required=True, shell_complete=_files
+)
 @click.option(
     "--backend",
     type=BACKEND,
@@ -280,7 +325,9 @@ def submit(
 
 
 @main.command()
-@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...", required=True)
+@click.argument(
+    "args", nargs=-1, metavar="SPEC [OVERRIDES]...", required=True, shell_complete=_files
+)
 @click.option("--plain", is_flag=True, help="A self-contained script for plain sbatch.")
 @_guard
 def render(args: tuple[str, ...], plain: bool) -> None:
@@ -336,7 +383,7 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR")
+@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option(
     "--json",
     "as_json",
@@ -384,7 +431,7 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR")
+@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option("--sort", "sort_key", metavar="METRIC", help="Sort by this metric (or parameter).")
 @click.option("--desc", is_flag=True, help="Largest first.")
 @click.option(
@@ -427,7 +474,7 @@ def results(
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR")
+@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.argument("trial", metavar="TRIAL")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until it ends.")
 @click.option("--slurm", "slurm_log", is_flag=True, help="Show Slurm's own log of the task.")
@@ -449,7 +496,7 @@ def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR")
+@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option("--dry-run", is_flag=True, help="Say what would be cancelled; cancel nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was cancelled as JSON.")
 @_guard
@@ -472,7 +519,7 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR")
+@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's holder as JSON.")
 @_guard
 def unlock(sweep_dir: str, as_json: bool) -> None:
@@ -494,6 +541,24 @@ def unlock(sweep_dir: str, as_json: bool) -> None:
         _emit_json({"sweep_dir": sweep_dir, "holder": holder})
     else:
         click.echo(f"unlocked: it was held for {describe(holder)}" if holder else "not locked")
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (commands, options, files and directories).
+
+    \b
+    Examples:
+      eval "$(slurmkit completion bash)"        # in ~/.bashrc
+      eval "$(slurmkit completion zsh)"         # in ~/.zshrc
+      slurmkit completion fish > ~/.config/fish/completions/slurmkit.fish
+    """
+    from click.shell_completion import get_completion_class  # only this command needs it
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # click has bash, zsh and fish
+    click.echo(cls(main, {}, "slurmkit", "_SLURMKIT_COMPLETE").source())
 
 
 def run() -> NoReturn:

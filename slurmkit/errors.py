@@ -57,8 +57,11 @@ def reject_unknown(
     keys) that is not ``allowed``, naming it as ``prefix + key``."""
     unknown = [k for k in data if k not in allowed]
     if unknown:
+        import difflib  # ~6 ms: only a mistake pays for the suggestion
+
+        close = difflib.get_close_matches(str(unknown[0]), allowed, n=1)
         raise SpecError(
-            f"unknown key {unknown[0]!r}",
+            f"unknown key {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
             file=file,
             key=f"{prefix}{unknown[0]}",
             hint=f"allowed keys: {', '.join(allowed)}",

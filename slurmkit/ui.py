@@ -11,9 +11,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,10 +27,13 @@ from .sweepstate import SweepStatus, wait
 if TYPE_CHECKING:
     from .backends.base import Backend, Submission
     from .core.layout import SweepDir
+    from .plan import Trial
     from .runtime.trial import TrialRun
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# Piped (not a terminal, no COLUMNS): plain text, as wide as it needs, never cut or wrapped.
+PIPED = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+out = Console(highlight=False, width=1_000_000 if PIPED else None)
+err = Console(stderr=True, highlight=False, width=1_000_000 if PIPED else None)
 STYLE = {
     states.COMPLETED: "green",
     states.RUNNING: "cyan",
@@ -53,9 +57,10 @@ def note(text: str) -> None:
 
 
 def _short(value: Any, width: int = 40) -> str:
+    """``value`` on one line, cut to ``width`` characters (0: never cut)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = text.replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
 def _trial_bar() -> Progress:
@@ -131,6 +136,7 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
         ),
         title_justify="left",
         expand=False,
+        box=None if PIPED else box.HEAVY_HEAD,
     )
     for col in ("idx", "id", "state", "why", "exit", "tries", "host", "job", "params"):
         table.add_column(col, overflow="fold" if col == "params" else "ellipsis")
@@ -141,7 +147,7 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
             f"{ROWS} of {len(current.trials)} rows (unfinished first); --all for every row"
         )
     for t in sorted(trials, key=lambda t: t.index):
-        params = " ".join(f"{k}={_short(v, 24)}" for k, v in t.params.items())
+        params = " ".join(f"{k}={_short(v, 0 if PIPED else 24)}" for k, v in t.params.items())
         why = t.cause or (t.reason if t.state == states.PENDING else "")
         table.add_row(
             str(t.index),
@@ -152,7 +158,7 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
             str(t.attempts),
             Text(t.host or ""),
             Text(t.job or ""),
-            Text(_short(params, 80)),
+            Text(params if PIPED else _short(params, 80)),
         )
     return table
 
@@ -183,12 +189,30 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
         return wait(fetch, interval, show)
 
 
+def print_trials(trials: Sequence[Trial]) -> None:
+    """The trials a sweep would submit: index, short id and parameters."""
+    table = Table(expand=False, box=None, header_style="bold")
+    keys = list(trials[0].params) if len(trials) else []
+    for col in ("index", "id", *keys):
+        table.add_column(Text(col), no_wrap=True, justify="right" if col == "index" else "left")
+    for t in trials:
+        table.add_row(str(t.index), Text(t.id[:8]), *(_cell(t.params[k]) for k in keys))
+    out.print(table)
+    note(f"{len(trials)} trial(s); nothing was submitted")
+
+
+def print_summary(final: SweepStatus) -> None:
+    """One line when a followed sweep ends: how many trials ended how."""
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in final.counts.items())
+    out.print(Text(f"{final.name}: {len(final.trials)} trials: {counts}"))
+
+
 def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     """The results table; the trial id and an all-COMPLETED state column are left to --json."""
     shown = [
         c
         for c in columns
-        if c != "id" and not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))
+        if not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))
     ]
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:
@@ -200,7 +224,9 @@ def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
             justify="right" if col == "index" else "left",
         )
     for row in rows:
-        table.add_row(*(_cell(row.get(col)) for col in shown))
+        table.add_row(
+            *(Text(str(row["id"])[:8]) if c == "id" else _cell(row.get(c)) for c in shown)
+        )
     out.print(table)
 
 
@@ -208,7 +234,7 @@ def _cell(value: Any) -> Text:
     """A results cell: a float to 4 significant digits, anything else shortened."""
     if value is None:
         return Text("")
-    return Text(f"{value:.4g}" if isinstance(value, float) else _short(value, 30))
+    return Text(f"{value:.4g}" if isinstance(value, float) else _short(value, 0 if PIPED else 30))
 
 
 def print_csv(rows: list[dict[str, Any]], columns: list[str]) -> None:

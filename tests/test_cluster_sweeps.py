@@ -250,6 +250,17 @@ def test_wait_follows_the_sweep_to_its_end(slurm_cluster, tmp_path):
     assert proc.returncode == 1, proc.stderr  # two trials failed
     root = json.loads(proc.stdout)["sweep_dir"]
     assert collect(root).counts == {"COMPLETED": 2, "FAILED": 2}  # finished when --wait returned
+    people = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs2'}",
+        "--backend",
+        "slurm",
+        "--wait",
+        cwd=tmp_path,
+    )
+    assert people.returncode == 1
+    assert people.stdout.splitlines()[-1] == "spec: 4 trials: 2 completed, 2 failed"
 
 
 def _resume_twice(root: str, *overrides: str) -> list[dict]:
