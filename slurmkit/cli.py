@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 failed (a trial, the scheduler), 2 usage error (bad spec or 
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import math
@@ -24,6 +25,17 @@ from . import __version__  # noqa: E402
 from .backends import NAMES  # noqa: E402
 
 BACKEND = click.Choice(NAMES)
+
+
+# Failures of the machine, not of slurmkit: said in one line (and exit 1), never a traceback.
+_ENVIRONMENT = {
+    errno.ENOSPC: "the filesystem is full: free some space (nothing was left half-written)",
+    errno.EDQUOT: "your disk quota is used up: free some space",
+    errno.EROFS: "the filesystem is mounted read-only here",
+    errno.EACCES: "you may not write there: check the directory's permissions",
+    errno.EPERM: "you may not write there: check the directory's permissions",
+    errno.EIO: "the filesystem failed to read or write: check the mount",
+}
 
 
 def _files(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
@@ -63,6 +75,12 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except UserError as exc:
             _fail(exc, bool(kwargs.get("as_json")))
+        except OSError as exc:
+            if exc.errno not in _ENVIRONMENT:
+                raise  # a bug: show where
+            where = f"{exc.filename}: " if exc.filename else ""
+            hint = _ENVIRONMENT[exc.errno]
+            _fail(UserError.failure(f"{where}{exc.strerror}", hint), bool(kwargs.get("as_json")))
 
     return wrapper
 

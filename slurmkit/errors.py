@@ -28,6 +28,13 @@ class UserError(Exception):
         self.key = key
         self.hint = hint
 
+    @classmethod
+    def failure(cls, message: str, hint: str | None = None) -> UserError:
+        """A failure the user must look into (exit 1), not a mistake in the input."""
+        error = cls(message, hint=hint)
+        error.exit_code = 1
+        return error
+
     def __str__(self) -> str:
         where = ": ".join(str(p) for p in (self.file, self.key) if p)
         text = f"{where}: {self.message}" if where else self.message

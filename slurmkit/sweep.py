@@ -90,7 +90,7 @@ def submit(
         if on_target is not None:
             on_target(target, sweep)
         return target.submit(sweep, work, indices, scripts, on_done, lock.release)
-    except UserError:
+    except (UserError, OSError):  # refused, or the disk filled up: leave nothing behind
         store.remove(sweep)
         raise
     finally:
