@@ -232,6 +232,8 @@ def test_external_interruptions_are_handled(slurm_cluster, tmp_path, reference, 
     first = status["attempts"][0]
     assert first["signals"] == (["TERM"] if how == "scontrol requeue" else ["USR2"])
     assert first["exit_code"] == 75  # the trial checkpointed and asked to be requeued
+    log = "".join(p.read_text() for p in (Path(root) / "logs").glob("*.out"))
+    assert "scontrol requeue failed" not in log  # Slurm requeued it: the shell does not try
 
 
 @pytest.mark.parametrize("how", ["slurmkit cancel", "scancel of the task", "scancel of the array"])

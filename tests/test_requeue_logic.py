@@ -183,3 +183,11 @@ assert set(preemption.received()) == {"SIGTERM"} and len(preemption.received()) 
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_requeued_by_slurm_reads_restarts():
+    assert requeue.requeued_by_slurm({"Restarts": "2"}, 1)
+    assert not requeue.requeued_by_slurm({"Restarts": "1"}, 1)
+    assert not requeue.requeued_by_slurm({}, 0) and not requeue.requeued_by_slurm(
+        {"Restarts": "x"}, 0
+    )

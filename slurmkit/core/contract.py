@@ -7,5 +7,8 @@ REQUEUE_EXIT = 75
 # What the runtime exits with for a cancelled trial that checkpointed and asked for a requeue
 # (exit 75): a user's cancel sticks, so never REQUEUE_EXIT (128 + SIGTERM, as if killed).
 CANCELLED_EXIT = 143
+# What the runtime exits with when Slurm has requeued the job itself (an external `scontrol
+# requeue`, a node failure): the trial will run again, and the batch shell has nothing to do.
+ALREADY_REQUEUED = 76
 # The signal that asks a trial to checkpoint and stop, as a name without "SIG" (e.g. USR2).
 ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"

@@ -92,7 +92,7 @@ def classify(
         )
     if info.get("PreemptTime", "None") not in ("None", "Unknown", ""):
         return "preemption"
-    if int(info.get("Restarts", restarts) or 0) > restarts:
+    if requeued_by_slurm(info, restarts):
         # Slurm itself requeued the job: on a node failure it is PENDING at once; after an
         # external `scontrol requeue` (an admin, SUNK before a drain) it is still COMPLETING
         return "node_failure" if state == states.SLURM_PENDING else "preemption"
@@ -105,6 +105,14 @@ def classify(
     if limit is not None and ran is not None and ran >= limit:
         return "timeout"
     return None if info else "preemption"
+
+
+def requeued_by_slurm(info: dict[str, str], restarts: int) -> bool:
+    """Slurm has requeued the job itself since this attempt started (Restarts raised)."""
+    try:
+        return int(info.get("Restarts", restarts) or 0) > restarts
+    except ValueError:
+        return False
 
 
 def used(attempts: Sequence[dict[str, Any]], cause: str) -> int:

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from ..core import states
-from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
+from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.layout import SweepDir
 from ..core.rendezvous import fill, rendezvous
@@ -223,18 +223,21 @@ class TrialRun:
 
     def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
+        by_slurm = False  # Slurm requeued the job itself: the batch shell must not again
         if self.on_slurm:
             cause = None
             if self.signals:
                 info = self.job if self.job is not None else self._job_info()
                 attempt["slurm"] = {k: info[k] for k in requeue.EVIDENCE if k in info}
+                restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
                 cause = requeue.classify(
                     self.signals,
                     self.requeue_signal,
                     info,
                     int(self.policy.get("lead", 120)),
-                    int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+                    restarts,
                 )
+                by_slurm = requeue.requeued_by_slurm(info, restarts)
             outcome = requeue.decide(
                 code,
                 cause,
@@ -252,6 +255,8 @@ class TrialRun:
         if self.signals:
             attempt["signals"] = list(self.signals)
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
+        if by_slurm and outcome.code == REQUEUE_EXIT:
+            return ALREADY_REQUEUED
         return outcome.code
 
     def _record(self, state: str, code: int | None, **extra: Any) -> None:
