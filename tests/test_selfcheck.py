@@ -168,3 +168,22 @@ def test_cli_fails_with_one_line_per_failed_check(tmp_path):
 
 def test_cli_usage_error():
     assert cli("a", "b").returncode == 2
+
+
+def test_torch_without_numpy_is_checked_without_its_warning(tmp_path):
+    """torch warns "Failed to initialize NumPy" on images without numpy: the self-check's
+    output stays one line."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "numpy.py"
+    blocker.write_text("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmkit.runtime.selfcheck", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "NumPy" not in proc.stderr and "torch" in proc.stdout

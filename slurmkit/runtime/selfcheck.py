@@ -22,6 +22,7 @@ import os
 import secrets
 import socket
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -69,7 +70,9 @@ def expected_gpus(env: Mapping[str, str]) -> tuple[int | None, str]:
 
 def check_torch() -> tuple[Check, ModuleType | None]:
     try:
-        import torch
+        with warnings.catch_warnings():  # an image without numpy: torch warns, nothing fails
+            warnings.filterwarnings("ignore", message=".*NumPy.*")
+            import torch
     except Exception as exc:  # ImportError, or OSError from a missing library
         return Check("torch", False, f"cannot import torch: {exc}"), None
     return Check("torch", True, f"torch {torch.__version__}"), torch
