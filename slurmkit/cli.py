@@ -217,7 +217,7 @@ def sweep(
     \b
     Examples:
       slurmkit sweep sweeps/lr.yaml
-      slurmkit sweep sweeps/lr.yaml params.lr=0.1,0.01 'params.layers=range(1,4)'
+      slurmkit sweep sweeps/lr.yaml params.optim.lr=0.1,0.01 'params.hidden=range(16,48,16)'
       slurmkit sweep sweeps/lr.yaml resources.time=2:00:00 resources.partition=gpu
       slurmkit sweep sweeps/lr.yaml --dry-run
       slurmkit sweep sweeps/lr.yaml --list          # the trials, with index and parameters
@@ -329,9 +329,21 @@ def submit(
     from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 
     overrides = [*args[1:], *(["self_check=false"] if no_self_check else [])]
+    job = load(args[0], overrides, job=True)
+    from .plan import count  # plan: the trials' count
+
+    if count(job) > 1:
+        from .errors import UserError
+
+        raise UserError(
+            f"submit runs one job, and this spec makes {count(job)} trials",
+            file=args[0],
+            key="params",
+            hint=f"run them all with: slurmkit sweep {args[0]}",
+        )
     reporter = _reporter(as_json)
     result = lib.submit(
-        load(args[0], overrides, job=True),
+        job,
         backend=backend,
         sweep_dir=sweep_dir,
         dry_run=dry_run,

@@ -305,6 +305,8 @@ def _resources(raw: Any, source: str) -> Resources:
     p = "resources."
     raw = canonical(raw, source)
     words = {}
+    if isinstance(raw.get("switches"), int) and not isinstance(raw["switches"], bool):
+        raw = {**raw, "switches": str(raw["switches"])}  # --switches=COUNT[@MAX_WAIT]
     for key in ("partition", "account", "qos", "constraint", "switches"):
         value = _typed(raw, key, str, source, default=None, prefix=p)
         if value is not None and not _SLURM_WORD.match(value):
