@@ -31,6 +31,8 @@ USER_CONFIGS = {
     "missing": "output_root: ???\n",
     "malformed": "resources: {a: [1\n",
     "duplicate": "env: {A: 1}\nenv: {B: 2}\n",
+    "base-60": "resources: {time: 1:30:00, cpus_per_task: 2}\nenv: {T: 15:00}\n",
+    "env-float": "env: {LR: 1e-3}\n",
 }
 
 BODIES = [
@@ -65,6 +67,13 @@ BODIES = [
     "just a string\n",
     "",
     "command: x\nparams: {a: [1, 2\n",
+    "command: x\nparams: {a: [1], t: 1:30}\nresources: {time: 15:00}\nenv: {T: 1:00:00}\n",
+    "command: x\nparams: {a: [1]}\nenv: {LR: 1e-3}\n",
+    "command: x\nparams: {a.b: [1], a: {b: [2]}}\n",
+    "command: x\nparams: {a: [1]}\nresources: {cpus: 1, cpus_per_task: 2}\n",
+    "command: x\nparams: {a: [1]}\nresources: {gpus_per_node: 2}\ncontainer: [a]\n",
+    "command: x\nparams: {a: &a [1, *a]}\n",
+    'command: "x\\0"\nparams: {a: [1]}\n',
 ]
 
 OVERRIDES = [
@@ -187,21 +196,50 @@ def test_data_specs_do_not_import_omegaconf(tmp_path):
         assert proc.returncode == 0, proc.stderr
 
 
+BASE_60 = "(?::[0-5]?[0-9])+"  # YAML 1.1's sexagesimal ints and floats: 15:00 is 900
+
+
+def _alternatives(regexp):
+    """A resolver's pattern as its alternatives (one a line in these verbose patterns)."""
+    body = regexp.pattern.strip().removeprefix("^(?:").removesuffix(")$")
+    return [alt.strip().removeprefix("|") for alt in body.splitlines() if alt.strip()]
+
+
 def test_loader_is_omegaconfs():
+    """Our loader is omegaconf's minus its pathlib tags and minus the sexagesimal forms of ints
+    and floats: ``15:00`` stays a string (Slurm's 15 minutes), not the int 900."""
     theirs = get_yaml_loader()
-    assert yamldata.Loader.yaml_implicit_resolvers == theirs.yaml_implicit_resolvers
+    removed = set()
+    expected = {}
+    for first, resolvers in theirs.yaml_implicit_resolvers.items():
+        expected[first] = []
+        for tag, regexp in resolvers:
+            alternatives = _alternatives(regexp)
+            removed.update((tag, a) for a in alternatives if BASE_60 in a)
+            kept = [a for a in alternatives if BASE_60 not in a]
+            expected[first].append((tag, kept, regexp.flags))
+    assert {tag for tag, _ in removed} == {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+    assert len(removed) == 3  # PyYAML's int and float, omegaconf's float
+    assert {
+        first: [(tag, _alternatives(regexp), regexp.flags) for tag, regexp in resolvers]
+        for first, resolvers in yamldata.Loader.yaml_implicit_resolvers.items()
+    } == expected
     pathlib_tags = {t for t in theirs.yaml_constructors if "pathlib" in str(t)}
     assert len(pathlib_tags) == 3
     assert {
         t: c for t, c in theirs.yaml_constructors.items() if t not in pathlib_tags
     } == yamldata.Loader.yaml_constructors
     docs = [
-        "a: 1e-5\nb: 1.5\nc: .inf\nd: 2001-12-14\ne: 1:20\nf: 0x10\ng: [on, y, ~]\n",
+        "a: 1e-5\nb: 1.5\nc: .inf\nd: 2001-12-14\nf: 0x10\ng: [on, y, ~]\nh: 12:61\n",
         "a: {b: &x [1, {c: 2}], d: *x}\n",
         "a: !!set {x, y}\n",
     ]
     for doc in docs:
         assert yaml.load(doc, Loader=yamldata.Loader) == yaml.load(doc, Loader=theirs)
+    # the sexagesimal expectations: these were 80, 900, 3600, -90, 5400 and 90.5 (as omegaconf's)
+    for text in ["1:20", "15:00", "1:00:00", "-1:30", "+1:30:00", "1:30.5"]:
+        assert yaml.load(f"e: {text}\n", Loader=theirs)["e"] != text
+        assert yaml.load(f"e: {text}\n", Loader=yamldata.Loader) == {"e": text}
     with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key a"):
         yaml.load("a: 1\na: 2\n", Loader=yamldata.Loader)
 

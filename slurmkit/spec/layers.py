@@ -80,29 +80,39 @@ def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, An
     except OmegaConfBaseException as exc:
         raise SpecError(str(exc).splitlines()[0], file=path) from None
     parsed = [parse_cli(text) for text in overrides]
-    user, layers = _defaults(cfg, parsed)
-    found = yamldata.clash(list(enumerate([*layers, user, data])))
-    if found:
-        raise SpecError(
-            "a mapping in one layer and a list in another cannot be merged",
-            file=path if found[0] == len(layers) + 1 else user_config_path(),
-            key=found[1],
-            hint="the layers: built-in profile < user config < spec file",
-        )
-    merged = OmegaConf.merge(*map(OmegaConf.create, layers), OmegaConf.create(user), cfg)
-    _drop_container(merged, cfg, parsed)
+    try:  # reading profile and container resolves them
+        user, layers = _defaults(cfg, parsed)
+        found = yamldata.clash(list(enumerate([*layers, user, data])))
+        if found:
+            raise SpecError(
+                "a mapping in one layer and a list in another cannot be merged",
+                file=path if found[0] == len(layers) + 1 else user_config_path(),
+                key=found[1],
+                hint="the layers: built-in profile < user config < spec file",
+            )
+        merged = OmegaConf.merge(*map(OmegaConf.create, layers), OmegaConf.create(user), cfg)
+        _drop_container(merged, cfg, parsed)
+    except OmegaConfBaseException as exc:
+        raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
     for ov in _settings(parsed):
         try:
             if ov.prefix == "~":
                 parent, _, leaf = ov.key.rpartition(".")
                 node: Any = OmegaConf.select(merged, parent) if parent else merged
-                if node is None or leaf not in node:
+                if not OmegaConf.is_dict(node) or leaf not in node:
                     raise SpecError("no such key to delete", file=CLI, key=ov.key)
                 del node[leaf]
             else:
                 OmegaConf.update(merged, ov.key, ov.value, force_add=True, merge=False)
         except OmegaConfBaseException as exc:
             raise SpecError(str(exc).splitlines()[0], file=CLI, key=ov.key) from None
+        except (ValueError, TypeError):  # omegaconf's int() of a key on the way through a list
+            raise SpecError(
+                "a list on the way: its items are numbered",
+                file=CLI,
+                key=ov.key,
+                hint="e.g. command.0=python",
+            ) from None
     try:
         return OmegaConf.to_container(merged, resolve=True), parsed  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
@@ -116,6 +126,8 @@ def parse_cli(text: str) -> Override:
     keys = key.lstrip("~+").split(".")
     if len(keys) + _brackets(value) > yamldata.MAX_DEPTH:  # before the parser recurses
         raise yamldata.too_deep(CLI, keys)
+    if "\0" in text:  # only the Python API can pass one (argv cannot)
+        raise yamldata.holds_nul(CLI, keys)
     try:
         ov = parse_override(text)
     except OverrideError as exc:

@@ -50,6 +50,15 @@ def too_deep(file: str, keys: Sequence[str]) -> SpecError:
     )
 
 
+def holds_nul(file: str, keys: Sequence[str]) -> SpecError:
+    """The error for a NUL character in the value (or the last key) at ``keys``."""
+    return SpecError(
+        "a NUL character (no argument, variable or path can hold one)",
+        file=file,
+        key=".".join(keys).replace("\0", "\\0"),
+    )
+
+
 class Loader(yaml.SafeLoader):
     """The YAML loader of specs and the user config, on both paths.
 
@@ -128,11 +137,7 @@ class Loader(yaml.SafeLoader):
             self._sizes[id(node)] = (1, 0)
             keys = [*self._keys[:-1], node.value] if is_key else self._keys
             if "\0" in node.value:
-                raise SpecError(
-                    "a NUL character (no argument, variable or path can hold one)",
-                    file=self.source,
-                    key=".".join(keys).replace("\0", "\\0"),
-                )
+                raise holds_nul(self.source, keys)
             if node.tag == _FLOAT and not is_key and len(keys) == 2 and keys[0] == "env":
                 raise SpecError(
                     f"{node.value} is a YAML float: the job would see "
