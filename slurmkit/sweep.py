@@ -74,16 +74,7 @@ def submit(
     indices = list(range(work.total))
     scripts = render.scripts(work, indices, target.max_array_size, root)
     if dry_run:
-        return Submission(
-            root,
-            target.name,
-            work.total,
-            indices,
-            scripts=[s for _, s in scripts],
-            note=target.note,
-            dry_run=True,
-            ran_here=target.runs_here,
-        )
+        return _unsubmitted(target, root, work.total, indices, scripts, dry_run=True)
     lock = Lock(root)
     sweep = store.create(work, root, lock=lock)
     try:
@@ -147,21 +138,33 @@ def _resume(
     work = plans.resumed(spec, config, len(current.trials), changed=bool(overrides))
     scripts = render.scripts(work, todo, target.max_array_size, sweep.root) if todo else []
     if dry_run or not todo:
-        return Submission(
-            sweep.root,
-            target.name,
-            work.total,
-            todo,
-            scripts=[s for _, s in scripts],
-            note=target.note,
-            dry_run=dry_run,
-            ran_here=target.runs_here,
-        )
+        return _unsubmitted(target, sweep.root, work.total, todo, scripts, dry_run)
     if overrides:
         store.update_config(sweep, work)
     if on_target is not None:
         on_target(target, sweep)
     return target.submit(sweep, work, todo, scripts, on_done, lock.release)
+
+
+def _unsubmitted(
+    target: Backend,
+    root: str,
+    total: int,
+    indices: list[int],
+    scripts: Sequence[tuple[Any, str]],
+    dry_run: bool,
+) -> Submission:
+    """What a dry run would submit, or a resume with nothing to submit."""
+    return Submission(
+        root,
+        target.name,
+        total,
+        indices,
+        scripts=[s for _, s in scripts],
+        note=target.note,
+        dry_run=dry_run,
+        ran_here=target.runs_here,
+    )
 
 
 def _check_path(root: str) -> None:

@@ -86,3 +86,26 @@ def wait_sweep(root: str, timeout: float = 240) -> dict:
         counts = current.counts
         time.sleep(1)
     raise AssertionError(f"sweep not finished after {timeout} s: {counts}")
+
+
+def local_sweep(
+    tmp_path: Path, body: str, *args: str
+) -> tuple[subprocess.CompletedProcess[str], dict | None]:
+    """``slurmkit sweep`` of ``body`` on the local backend, under tmp_path/runs: the process,
+    and its --json outcome (None when it printed none)."""
+    import json
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(body)
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "local",
+        "--json",
+        *args,
+        cwd=tmp_path,
+    )
+    result = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
+    return proc, result

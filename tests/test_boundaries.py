@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, SLURMKIT, run_cli
+from conftest import PAYLOAD, SLURMKIT, local_sweep
 
 pytestmark = pytest.mark.slow  # fresh interpreters, one per module
 
@@ -69,18 +69,9 @@ def test_torchstate_needs_torch_and_nothing_from_the_login_side():
 def test_a_task_on_an_existing_sweep_loads_only_the_runtime(tmp_path):
     """`python -m slurmkit.runtime task`, as an array task runs it: -X importtime lists every
     module the runtime process imported (the trial's own process is another interpreter)."""
-    spec = tmp_path / "s.yaml"
-    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")
-    made = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "local",
-        "--json",
-        cwd=tmp_path,
-    )
-    root = json.loads(made.stdout)["sweep_dir"]
+    root = local_sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")[1][
+        "sweep_dir"
+    ]
     env = {**os.environ, "SLURMKIT_SWEEP_DIR": root, "SLURM_ARRAY_TASK_ID": "0"}
     env.pop("SLURM_JOB_ID", None)
     proc = subprocess.run(

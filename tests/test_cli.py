@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from conftest import PAYLOAD, run_cli
+from conftest import PAYLOAD, local_sweep, run_cli
 
 
 def test_json_errors_are_json_on_stderr(tmp_path):
@@ -80,18 +80,8 @@ def test_completion_scripts_and_completing_commands():
 
 def test_piped_tables_are_plain_and_whole(tmp_path):
     long = "a-long-value-" * 12
-    spec = tmp_path / "s.yaml"
-    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{x: [1], tag: ['{long}']}}\n")
-    made = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "local",
-        "--json",
-        cwd=tmp_path,
-    )
-    root = json.loads(made.stdout)["sweep_dir"]
+    body = f"command: [python, {PAYLOAD}]\nparams: {{x: [1], tag: ['{long}']}}\n"
+    root = local_sweep(tmp_path, body)[1]["sweep_dir"]
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     import subprocess
     import sys

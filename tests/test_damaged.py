@@ -8,24 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, run_cli
+from conftest import PAYLOAD, local_sweep, run_cli
 
 
 @pytest.fixture
 def sweep(tmp_path) -> Path:
-    spec = tmp_path / "s.yaml"
-    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2, 3, 4]}}\n")
-    proc = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "local",
-        "--json",
-        cwd=tmp_path,
+    proc, result = local_sweep(
+        tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2, 3, 4]}}\n"
     )
     assert proc.returncode == 0, proc.stderr
-    return Path(json.loads(proc.stdout)["sweep_dir"])
+    return Path(result["sweep_dir"])
 
 
 def _ids(root: Path) -> list[str]:

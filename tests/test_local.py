@@ -7,25 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, run_cli
+from conftest import PAYLOAD, local_sweep, run_cli
 from spec_examples import TRICKY
 
 
 def _sweep(tmp_path: Path, body: str, *args: str):
-    spec = tmp_path / "s.yaml"
-    spec.write_text(body)
-    proc = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "local",
-        "--json",
-        *args,
-        cwd=tmp_path,
-    )
-    result = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
-    return proc, result
+    return local_sweep(tmp_path, body, *args)
 
 
 def test_local_sweep_runs_every_trial_with_the_contract(tmp_path):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, run_cli
+from conftest import PAYLOAD, local_sweep, run_cli
 
 from slurmkit.core.lock import LOCK_NAME, Lock, LockBusy, read, unlock
 
@@ -118,18 +118,9 @@ def test_release_after_a_break_leaves_the_new_holder_alone(tmp_path):
 
 
 def test_cli_says_who_holds_the_lock_and_unlock_breaks_it(tmp_path):
-    spec = tmp_path / "s.yaml"
-    spec.write_text(f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")
-    made = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "local",
-        "--json",
-        cwd=tmp_path,
-    )
-    root = json.loads(made.stdout)["sweep_dir"]
+    root = local_sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")[1][
+        "sweep_dir"
+    ]
     assert not (Path(root) / LOCK_NAME).exists()  # the submit let go of it
     held = Lock(root)
     held.acquire("resume")
