@@ -15,6 +15,7 @@ import sys
 
 from . import plan, store
 from . import spec as spec_mod
+from .backends.slurm import SlurmBackend
 from .core.arrays import compress
 from .core.layout import SweepDir
 from .errors import UserError
@@ -25,18 +26,9 @@ def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) ->
     tasks doing the same."""
     sweep_spec = spec_mod.load(spec_path)
     trials = plan.expand(sweep_spec)
-    job = {
-        "job_id": array_job_id,
-        "offset": offset,
-        "array": compress(range(len(trials))),
-        "script": None,
-    }
+    record = SlurmBackend.standalone_record(array_job_id, offset, compress(range(len(trials))))
     try:
-        return store.create(
-            plan.make(sweep_spec, trials, os.getcwd()),
-            root,
-            submission={"backend": "slurm", "state": "submitted", "jobs": [job]},
-        )
+        return store.create(plan.make(sweep_spec, trials, os.getcwd()), root, submission=record)
     except (UserError, OSError):
         sweep = SweepDir(root)
         if sweep.exists():  # another task of the array won the race

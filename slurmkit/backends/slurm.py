@@ -96,6 +96,13 @@ class SlurmBackend(Backend):
         result.described = f"as job array {arrays}"
         return result
 
+    @classmethod
+    def standalone_record(cls, array_job_id: str, offset: int, array: str) -> dict[str, Any]:
+        """The submission record of a standalone script submitted with plain sbatch (written by
+        its first task; ``script`` None: Slurm's log is beside where it was submitted)."""
+        job = {"job_id": array_job_id, "offset": offset, "array": array, "script": None}
+        return {"backend": cls.name, "state": "submitted", "jobs": [job]}
+
     def indices(self, record: dict[str, Any]) -> list[int]:
         return [
             job["offset"] + task
