@@ -386,6 +386,34 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
     )
 
 
+def check_paths(c: Container, submit_dir: str, source: str | None) -> None:
+    """Refuse what is missing where the login node can tell: a squashfs image whose directory
+    (below the top level: not ``/`` or ``/mnt``) exists here, so that filesystem is mounted,
+    and a bind-mount source under the submit directory (shared by construction). Other paths
+    (node-local storage, filesystems only compute nodes mount) are left to the job."""
+    paths = [("container.image", c.uri)] if c.uri.startswith(("/", ".")) else []
+    paths += [
+        (f"container.mounts[{i}]", m.split(":")[0])
+        for i, m in enumerate(c.pyxis_mounts)
+        if m.startswith(submit_dir.rstrip("/") + "/")
+    ]
+    for key, path in paths:
+        full = os.path.normpath(os.path.join(submit_dir, path))
+        parent = os.path.dirname(full)
+        if parent.count("/") >= 2 and os.path.isdir(parent) and not os.path.exists(full):
+            raise SpecError(
+                f"{path} does not exist (seen from {submit_dir})",
+                file=source,
+                key=key,
+                hint="a container that cannot start fails every task: check the path"
+                + (
+                    ", or import the image: slurmkit image import URI --to DIR"
+                    if key == "container.image"
+                    else ""
+                ),
+            )
+
+
 def srun_options(
     c: Container,
     *,
@@ -398,8 +426,10 @@ def srun_options(
     ``submit_dir`` (default: the current directory) is the default workdir, mounted at the same
     path. ``env_names``: variables the script exports that must win over the image's (a
     profile's, the spec's ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
-    ``--container-env``. ``source`` names the spec file in errors.
+    ``--container-env``. ``source`` names the spec file in errors, and so does a squashfs image
+    or a mount source that is missing where this machine can see it (:func:`check_paths`).
     """
+    check_paths(c, os.path.abspath(submit_dir or os.getcwd()), source)
     opts = [f"--container-image={c.uri}"]
     mounts = list(c.pyxis_mounts)
     submit_dir = os.path.abspath(submit_dir or os.getcwd())

@@ -356,3 +356,28 @@ def test_option_table_shape():
         assert pyxis._version(opt.since) <= pyxis._version(pyxis.PYXIS_VERSION)
     for name in ("mount-home", "remap-root", "entrypoint"):
         assert f"container-{name}" in pyxis.OPTIONS and f"no-container-{name}" in pyxis.OPTIONS
+
+
+def test_missing_squashfs_and_mount_sources_are_refused_where_visible(tmp_path):
+    """The login node sees the shared filesystem: a missing squashfs or bind-mount source there
+    is refused at submit, naming it; a path whose directory is not here is left to the job."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "data").mkdir()
+    ok = {"image": str(tmp_path / "images"), "mounts": [f"{tmp_path / 'data'}:/data"]}
+    with pytest.raises(SpecError) as info:
+        container_options({"image": "./images/missing.sqsh"}, submit_dir=str(tmp_path))
+    assert (
+        info.value.key == "container.image" and "missing.sqsh does not exist" in info.value.message
+    )
+    assert "slurmkit image import" in info.value.hint
+    with pytest.raises(SpecError) as info:
+        container_options(
+            {"image": "ubuntu", "mounts": [f"{tmp_path}/gone:/gone"]}, submit_dir=str(tmp_path)
+        )
+    assert info.value.key == "container.mounts[0]"
+    container_options(ok, submit_dir=str(tmp_path))  # both exist
+    # not visible from here (node-local, or a mount only compute nodes have): not refused
+    container_options(
+        {"image": "/nonexistent-root/x.sqsh", "mounts": ["/var/nvme/x:/x"]},
+        submit_dir=str(tmp_path),
+    )
