@@ -54,11 +54,11 @@ def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
     )
     assert "--rdzv-endpoint=gpu-001:12345" in filled and "--nnodes=16" in filled
     assert s.env["NCCL_IB_HCA"] == "ibp"
-    assert render.resource_options(s.resources)[:4] == [
+    assert render.resource_options(s.resources)[:4] == [  # no --cpus-per-task: not asked for
         "--partition=h100",
         "--time=2-00:00:00",
         "--nodes=16",
-        "--cpus-per-task=1",
+        "--gpus-per-node=8",
     ]
 
 
@@ -195,3 +195,38 @@ def test_image_import_errors(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="401 Unauthorized"):
         import_image("nvcr.io/nvidia/pytorch:24.01-py3", str(tmp_path / "images"))
     assert os.listdir(tmp_path / "images") == []  # nothing half-written left behind
+
+
+def test_only_the_resources_asked_for_are_rendered(spec_file):
+    """srun >= 23.11 steps inherit --cpus-per-task: a torchrun agent and its workers would be
+    pinned to one CPU by a default nobody asked for. Memory takes Slurm's unit forms."""
+    s = spec_mod.load(
+        str(spec_file("command: x\nresources: {nodes: 2, exclusive: true}\n")), job=True
+    )
+    opts = render.resource_options(s.resources)
+    assert opts == ["--nodes=2", "--exclusive"] and s.resources.cpus is None
+    for mem in ("128GB", "128G", "128gb", "512M", "16384", "1T", "0"):
+        body = f"command: x\nresources: {{mem: '{mem}', cpus_per_task: 4}}\n"
+        opts = render.resource_options(spec_mod.load(str(spec_file(body)), job=True).resources)
+        assert f"--mem={mem}" in opts and "--cpus-per-task=4" in opts
+    with pytest.raises(SpecError, match="not a memory size"):
+        spec_mod.load(str(spec_file("command: x\nresources: {mem: 12 GB}\n")), job=True)
+
+
+@pytest.mark.parametrize("profile", ["sunk", "sunk-gb200"])
+def test_each_profile_renders_with_its_sources(spec_file, profile):
+    """Every profile value names the script it comes from, and reaches the job's environment
+    and --container-env (the container sees the host's value, not the image's)."""
+    from slurmkit.core.profiles import PROFILES, SOURCES
+
+    assert all(src for _, src in SOURCES[profile].values())
+    assert PROFILES[profile]["NCCL_NET_PLUGIN"] == "none"
+    if profile == "sunk-gb200":
+        assert PROFILES[profile]["NCCL_NET_GDR_C2C"] == "1"
+        assert PROFILES[profile]["NCCL_SHM_DISABLE"] == "0"
+    body = f"command: x\nprofile: {profile}\ncontainer: {{image: ubuntu, workdir: /w}}\n"
+    s = spec_mod.load(str(spec_file(body)), job=True)
+    assert {k: s.env[k] for k in PROFILES[profile]} == PROFILES[profile]
+    step = launch.build(s, "/w")["step"]
+    env = next(o for o in step if o.startswith("--container-env=")).split("=", 1)[1].split(",")
+    assert set(PROFILES[profile]) <= set(env)

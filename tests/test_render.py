@@ -48,7 +48,6 @@ resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
         "#SBATCH --partition=low",
         "#SBATCH --time=0:05:00",
         "#SBATCH --nodes=1",
-        "#SBATCH --cpus-per-task=1",
         "#SBATCH --mem=1G",
         "#SBATCH --exclusive",
     ]

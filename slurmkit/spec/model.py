@@ -76,7 +76,7 @@ class Resources:
     partition: str | None = None
     time: str | None = None
     nodes: int = 1
-    cpus: int = 1
+    cpus: int | None = None  # None: not asked for, so not rendered (srun steps inherit it)
     gpus: int | str | None = None
     mem: str | None = None
     account: str | None = None

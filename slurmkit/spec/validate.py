@@ -36,7 +36,7 @@ from .model import (
 ALIASES = {"cpus_per_task": "cpus", "gpus_per_node": "gpus"}  # resources keys: alias -> key
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.,:|&!*()\[\]+=@/-]+$")
-_MEM = re.compile(r"^\d+[KMGT]?$")
+_MEM = re.compile(r"^\d+([KMGT]B?)?$", re.IGNORECASE)  # Slurm: 16G, 16GB, 16384, 512m
 _GPUS = re.compile(r"^(\d+|[A-Za-z0-9_.-]+:\d+)$")
 _OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -344,7 +344,7 @@ def _resources(raw: Any, source: str) -> Resources:
                 f"{mem!r} is not a memory size",
                 file=source,
                 key=p + "mem",
-                hint="a number with an optional unit K, M, G or T, e.g. 16G",
+                hint="a number (megabytes) with a unit K, M, G or T (or KB..TB), e.g. 16G",
             )
     gpus = raw.get("gpus")
     if gpus is not None:
@@ -362,7 +362,7 @@ def _resources(raw: Any, source: str) -> Resources:
         mem=mem,
         gpus=gpus,
         nodes=_positive(raw, "nodes", source, default=1, prefix=p),
-        cpus=_positive(raw, "cpus", source, default=1, prefix=p),
+        cpus=_positive(raw, "cpus", source, default=None, prefix=p),
         tasks_per_node=_positive(raw, "tasks_per_node", source, default=1, prefix=p),
         exclusive=_typed(raw, "exclusive", bool, source, default=False, prefix=p),
         extra=_extra(raw.get("extra"), source),
