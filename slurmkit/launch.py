@@ -16,11 +16,17 @@ if TYPE_CHECKING:
 SELF_CHECK = ["bash", "-c", 'python3 -m slurmkit.runtime.selfcheck && exec "$@"', "slurmkit"]
 
 
+def srun_options(options: dict[str, str | int | bool]) -> list[str]:
+    """The spec's ``srun`` block as options (validated values: no shell ever sees them)."""
+    flags = {key: key.replace("_", "-") for key in options}
+    return [f"--{flags[k]}" if v is True else f"--{flags[k]}={v}" for k, v in options.items()]
+
+
 def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     """``{"step": [...srun + container options + self-check], "launcher": [...torchrun]}``;
     both empty when the command runs as it is (one task on one node, no container)."""
     r = spec.resources
-    if not (spec.container or spec.launcher or r.nodes > 1 or r.tasks_per_node > 1):
+    if not (spec.container or spec.launcher or spec.srun or r.nodes > 1 or r.tasks_per_node > 1):
         return {"step": [], "launcher": []}
     per_node = r.gpu_count or r.tasks_per_node
     tasks = (
@@ -34,6 +40,7 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
         f"--nodes={r.nodes}",
         f"--ntasks={r.nodes * tasks}",
         f"--ntasks-per-node={tasks}",
+        *srun_options(spec.srun),
     ]
     if spec.container:
         from . import pyxis  # ~3 ms (its regexes, hashlib): only container jobs need it

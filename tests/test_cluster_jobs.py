@@ -97,3 +97,21 @@ env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
         tdir = Path(root) / "trials" / trial["id"]
         sums = {json.loads((tdir / f"rank-{r}.json").read_text())["sum"] for r in range(4)}
         assert sums == {10.0}
+
+
+def test_an_mpi_job_runs_one_rank_per_task(slurm_cluster, tmp_path):
+    """`mpi: NAME` puts --mpi on the step (sbatch refuses it): each of the 2 x 2 tasks is one
+    rank of one MPI world, as all_reduce_perf needs. With pmi2 here; pmix, what SUNK's
+    nccl-tests use, is checked at the rendering level (on this one-host cluster of four slurmd's,
+    Debian's PMIx server timed out after 3 of 4 ranks)."""
+    script = 'echo "$PMI_RANK $PMI_SIZE $(hostname)" >> "$SLURMKIT_TRIAL_DIR/ranks"'
+    body = (
+        f"command: [bash, -c, '{script}']\nmpi: pmi2\nresources: {{nodes: 2, tasks_per_node: 2}}\n"
+    )
+    result = submit_job(tmp_path, body)
+    final = wait_sweep(result["sweep_dir"], timeout=120)
+    assert final["counts"] == {"COMPLETED": 1}, final
+    trial = Path(result["sweep_dir"]) / "trials" / final["trials"][0]["id"]
+    ranks = sorted(line.split() for line in (trial / "ranks").read_text().splitlines())
+    assert [r[:2] for r in ranks] == [[str(i), "4"] for i in range(4)]
+    assert len({r[2] for r in ranks}) == 2  # two nodes

@@ -230,3 +230,82 @@ def test_each_profile_renders_with_its_sources(spec_file, profile):
     step = launch.build(s, "/w")["step"]
     env = next(o for o in step if o.startswith("--container-env=")).split("=", 1)[1].split(",")
     assert set(PROFILES[profile]) <= set(env)
+
+
+# The job shapes of the public scripts the SUNK issue ported, written from their option names.
+NCCL_TESTS = """
+name: nccl
+command: [/opt/nccl_tests/build/all_reduce_perf, -b, 8, -e, 8G, -f, 2, -g, 1]
+mpi: pmix
+srun: {label: true, cpu_bind: cores, gpu_bind: closest, exact: true}
+resources: {nodes: 2, tasks_per_node: 8, gpus_per_node: 8, exclusive: true, mem: 0}
+container: {image: ghcr.io/coreweave/nccl-tests:latest, workdir: /w}
+self_check: false
+"""
+
+
+def test_nccl_tests_shape_renders_mpi_bind_and_label(spec_file):
+    s = spec_mod.load(str(spec_file(NCCL_TESTS)), job=True)
+    step = launch.build(s, "/w")["step"]
+    assert step[:5] == [
+        "srun",
+        "--kill-on-bad-exit=1",
+        "--nodes=2",
+        "--ntasks=16",
+        "--ntasks-per-node=8",
+    ]
+    assert step[5:10] == [
+        "--mpi=pmix",
+        "--label",
+        "--cpu-bind=cores",
+        "--gpu-bind=closest",
+        "--exact",
+    ]
+    opts = render.resource_options(s.resources)
+    assert opts == [
+        "--nodes=2",
+        "--gpus-per-node=8",
+        "--mem=0",
+        "--ntasks-per-node=8",
+        "--exclusive",
+    ]  # exactly what was asked for
+    again = spec_mod.from_dict(s.to_dict(), "sweep.json")
+    assert (
+        again.srun
+        == s.srun
+        == {"mpi": "pmix", "label": True, "cpu_bind": "cores", "gpu_bind": "closest", "exact": True}
+    )
+
+
+def test_launcher_none_forces_the_srun_step_and_srun_launcher_derives_tasks(spec_file):
+    one = spec_mod.load(str(spec_file("command: x\nlauncher: none\nmpi: pmi2\n")), job=True)
+    assert launch.build(one, "/w")["step"] == [
+        "srun",
+        "--kill-on-bad-exit=1",
+        "--nodes=1",
+        "--ntasks=1",
+        "--ntasks-per-node=1",
+        "--mpi=pmi2",
+    ]
+    gpus = spec_mod.load(
+        str(spec_file("command: x\nlauncher: srun\nresources: {gpus: 4}\n")), job=True
+    )
+    assert "--ntasks-per-node=4" in render.resource_options(gpus.resources)  # the allocation
+    assert "--ntasks-per-node=4" in launch.build(gpus, "/w")["step"]  # holds the step's tasks
+
+
+@pytest.mark.parametrize(
+    "body, key",
+    [
+        ("srun: {mpi: 'pm ix'}\n", "srun.mpi"),
+        ("srun: {bogus: 1}\n", "srun.bogus"),
+        ("srun: {label: 'yes'}\n", "srun.label"),
+        ("mpi: true\n", "mpi"),
+        ("srun: [mpi]\n", "srun"),
+        ("mpi: pmix\nsrun: {mpi: pmi2}\n", "mpi"),
+    ],
+)
+def test_bad_srun_options_name_the_key(spec_file, body, key):
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(str(spec_file("command: x\n" + body)), job=True)
+    assert info.value.key == key

@@ -30,8 +30,26 @@ TOP_KEYS = (
     "launcher",
     "profile",
     "self_check",
+    "srun",
+    "mpi",
 )
-LAUNCHERS = ("torchrun", "srun")
+LAUNCHERS = ("torchrun", "srun", "none")  # none: the command itself, but under srun
+# The srun options a spec may set (`srun: {mpi: pmix, label: true}`): True renders a flag.
+SRUN_OPTIONS: dict[str, type] = {
+    "mpi": str,
+    "label": bool,
+    "cpu_bind": str,
+    "gpu_bind": str,
+    "mem_bind": str,
+    "distribution": str,
+    "hint": str,
+    "exact": bool,
+    "overlap": bool,
+    "unbuffered": bool,
+    "network": str,
+    "cpus_per_task": int,
+    "gpus_per_task": int,
+}
 REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
 CAUSES = ("preemption", "timeout", "node_failure", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
@@ -126,6 +144,7 @@ class SweepSpec:
     requeue: Requeue = field(default_factory=Requeue)
     container: Container | None = None
     launcher: str | None = None
+    srun: dict[str, str | int | bool] = field(default_factory=dict)  # options of the step
     profile: str | None = None
     self_check: bool = True
     source: str = CLI

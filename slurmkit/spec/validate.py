@@ -9,6 +9,7 @@ nested mappings become dotted keys (``optim: {lr: ...}`` is ``optim.lr``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -26,6 +27,7 @@ from .model import (
     REQUEUE_KEYS,
     RESOURCE_KEYS,
     SIGNALS,
+    SRUN_OPTIONS,
     TOP_KEYS,
     Domain,
     Requeue,
@@ -173,6 +175,10 @@ def validate(
             key="launcher",
             hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)",
         )
+    if launcher == "srun" and resources.tasks_per_node == 1 and resources.gpu_count > 1:
+        # one task per GPU: the allocation must hold them (else srun says "More processors
+        # requested than permitted")
+        resources = dataclasses.replace(resources, tasks_per_node=resources.gpu_count)
     container = data.get("container")
     if container is not None and not isinstance(container, Mapping):
         raise SpecError(
@@ -186,6 +192,7 @@ def validate(
 
         container = pyxis.parse(container, source)
     profile = _typed(data, "profile", str, source, default=None)
+    srun = _srun(data.get("srun"), data.get("mpi"), source)
     return SweepSpec(
         name=name,
         command=command,
@@ -199,6 +206,7 @@ def validate(
         env=env,
         container=container,
         launcher=launcher,
+        srun=srun,
         profile=profile,
         self_check=_typed(data, "self_check", bool, source, default=True),
         workdir=workdir,
@@ -206,6 +214,49 @@ def validate(
         params_text=dict(params_text or {}),
         requeue=_requeue(data.get("requeue"), source, resources.time),
     )
+
+
+def _srun(raw: Any, mpi: Any, source: str) -> dict[str, str | int | bool]:
+    """The ``srun`` block (options of the job step, rendered as argv) with the ``mpi`` shorthand
+    (``mpi: pmix`` is ``srun: {mpi: pmix}``)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            "must be a mapping of srun options",
+            file=source,
+            key="srun",
+            hint="srun: {mpi: pmix, label: true, cpu_bind: cores}",
+        )
+    reject_unknown(raw, tuple(SRUN_OPTIONS), file=source, prefix="srun.")
+    if mpi is not None:
+        if "mpi" in raw and raw["mpi"] != mpi:
+            raise SpecError("set twice, differently: mpi and srun.mpi", file=source, key="mpi")
+        raw = {"mpi": mpi, **{k: v for k, v in raw.items() if k != "mpi"}}
+    out: dict[str, str | int | bool] = {}
+    options: dict[str, Any] = dict(raw)
+    for key, value in options.items():
+        kind = SRUN_OPTIONS[key]
+        full = "mpi" if key == "mpi" and mpi is not None else f"srun.{key}"
+        if kind is int:
+            out[key] = _positive(raw, key, source, default=None, prefix="srun.")
+            continue
+        if not isinstance(value, kind) or (kind is str and isinstance(value, bool)):
+            raise SpecError(
+                f"expected {'true or false' if kind is bool else 'a string'}, got {value!r}",
+                file=source,
+                key=full,
+            )
+        if isinstance(value, str) and not _SLURM_WORD.match(value):
+            raise SpecError(
+                f"{value!r} has characters srun does not accept here",
+                file=source,
+                key=full,
+                hint="no whitespace, quotes or '$'",
+            )
+        if value is not False:
+            out[key] = options[key]
+    return out
 
 
 def _typed(
