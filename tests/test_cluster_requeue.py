@@ -163,6 +163,22 @@ requeue: {lead: 30, budgets: {timeout: 10}}
     assert status["attempts"][-1]["restart_count"] == str(len(status["attempts"]) - 1)
 
 
+def test_a_command_that_ignores_the_signal_is_not_rerun_after_a_time_limit(slurm_cluster, tmp_path):
+    """`sleep` dies of the time-limit signal without checkpointing: rerunning it would start
+    over and time out again, so the trial ends TIMEOUT after one attempt (no requeue)."""
+    result = submit(
+        tmp_path,
+        "command: [sleep, '300']\nargs: none\nparams: {i: [1]}\nresources: {time: 1}\n"
+        "requeue: {lead: 30}\n",
+    )
+    root = result["sweep_dir"]
+    final = finish(slurm_cluster, root, timeout=150)
+    assert final["counts"] == {"TIMEOUT": 1}, final
+    status = trial_status(root)
+    assert len(status["attempts"]) == 1 and status["attempts"][0]["cause"] == "timeout"
+    assert "not requeued" in status["reason"]
+
+
 def test_preemption_by_high_partition_job(slurm_cluster, tmp_path, reference):
     result = submit(
         tmp_path,

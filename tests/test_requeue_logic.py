@@ -191,3 +191,15 @@ def test_requeued_by_slurm_reads_restarts():
     assert not requeue.requeued_by_slurm({}, 0) and not requeue.requeued_by_slurm(
         {"Restarts": "x"}, 0
     )
+
+
+def test_a_time_limit_requeues_only_a_trial_that_asked_for_it():
+    """A command that ignores the stop signal (killed at the limit, 143) is not rerun from
+    scratch three times; one that checkpointed and exited 75 is requeued."""
+    out = requeue.decide(143, "timeout", True, [], BUDGETS)
+    assert (out.state, out.code, out.cause) == ("TIMEOUT", 143, "timeout")
+    assert "not requeued" in out.reason
+    out = requeue.decide(REQUEUE_EXIT, "timeout", True, [], BUDGETS)
+    assert out.state == "REQUEUED"
+    out = requeue.decide(143, "preemption", True, [], BUDGETS)  # not the trial's doing
+    assert out.state == "REQUEUED"

@@ -130,7 +130,9 @@ def decide(
     """The outcome of an attempt that exited with ``code``.
 
     ``signalled``: the runtime forwarded a stop signal; ``cause`` is then :func:`classify`'s
-    answer. ``attempts`` are the earlier ones (not this one).
+    answer. ``attempts`` are the earlier ones (not this one). A time limit requeues only a
+    trial that asked for it (exit 75, after checkpointing); preemption and node failures
+    requeue any trial (they are not its doing).
     """
     if code == 0:
         return Outcome(states.COMPLETED, 0)
@@ -142,6 +144,14 @@ def decide(
                 reason="cancelled",
             )
         cause = cause or "preemption"
+        if cause == "timeout" and code != REQUEUE_EXIT:
+            # it did not checkpoint (exit 75): a rerun would start over and time out again
+            return Outcome(
+                states.TIMEOUT,
+                code,
+                cause,
+                f"timed out without asking for a requeue (exit {code}): not requeued",
+            )
     else:
         cause = "error"
     budget = budgets.get(cause)
