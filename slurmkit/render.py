@@ -118,6 +118,9 @@ def render_array(
         "set -u",
         sweep_line,
         f"PY=${{SLURMKIT_PYTHON:-{q(python)}}}",
+        # the runtime runs here, on the batch host, never in a container: it needs this Python
+        'command -v "$PY" >/dev/null || { echo "slurmkit: no Python $PY on $(hostname):'
+        ' set SLURMKIT_PYTHON to one with slurmkit installed" >&2; exit 2; }',
         *_supervise(
             task,
             spec.requeue.signal if spec.requeue.enabled else None,

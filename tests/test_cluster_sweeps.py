@@ -349,3 +349,26 @@ def test_a_sweep_larger_than_max_job_count_is_refused_before_expanding(slurm_clu
     assert proc.returncode == 2, proc.stderr
     assert f"at most {limit} jobs" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_batch_host_python_is_named(slurm_cluster, tmp_path):
+    """The runtime runs on the batch host: a Python that is not there fails the task at once,
+    with a line that names it and SLURMKIT_PYTHON (and the trial shows FAILED)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("command: [/bin/true]\nargs: none\nparams: {i: [1]}\n")
+    proc = run_cli(
+        "sweep",
+        str(spec),
+        f"output_root={tmp_path / 'runs'}",
+        "--backend",
+        "slurm",
+        "--json",
+        cwd=tmp_path,
+        env={"SLURMKIT_PYTHON": "/nonexistent/python3"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    root = json.loads(proc.stdout)["sweep_dir"]
+    final = wait_sweep(root, timeout=120)
+    assert final["counts"] == {"FAILED": 1}  # its exit code (2) is known to accounting only
+    log = next((Path(root) / "logs").glob("*.out")).read_text()
+    assert "no Python /nonexistent/python3 on" in log and "SLURMKIT_PYTHON" in log
