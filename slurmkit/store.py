@@ -234,32 +234,43 @@ def manifest(sweep: SweepDir, warnings: list[str] | None = None) -> list[dict[st
     ``warnings``). A trial id that is not a plain name, or one that comes twice, is refused:
     ids name directories, and nothing may reach outside the sweep directory."""
     rows: list[dict[str, Any] | None] = []
-    seen: set[str] = set()
+    loads, match = json.loads, _ID.match
     with open(sweep.manifest, "rb") as fh:
         for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
             try:
-                row = json.loads(line)
-                if not (
-                    isinstance(row, dict)
-                    and isinstance(row.get("params"), dict)
+                row = loads(line.decode("utf-8"))
+                whole = (
+                    type(row) is dict
+                    and type(row.get("params")) is dict
                     and row.get("index") == len(rows)
-                ):
-                    raise ValueError("not a {index, id, params} row in order")
-            except (ValueError, UnicodeDecodeError) as exc:
-                _warn(warnings, f"{sweep.manifest}:{number}: damaged ({exc})")
+                )
+            except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+                if not line.strip():
+                    continue
+                whole = False
+            if not whole:
+                _warn(
+                    warnings, f"{sweep.manifest}:{number}: damaged (not an index, id, params row)"
+                )
                 rows.append(None)
                 continue
             tid = row.get("id")
-            if not isinstance(tid, str) or not _ID.match(tid) or tid in seen:
-                why = "comes twice" if tid in seen else "is not a trial id"
+            if type(tid) is not str or not (tid.isalnum() or match(tid)):
                 raise UserError(
-                    f"{sweep.manifest}:{number}: {tid!r} {why}",
+                    f"{sweep.manifest}:{number}: {tid!r} is not a trial id",
+                    hint="trials.jsonl is written by slurmkit: restore it",
+                )
+            rows.append(row)
+    ids = [row["id"] for row in rows if row is not None]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        for tid in ids:
+            if tid in seen:
+                raise UserError(
+                    f"{sweep.manifest}: trial id {tid!r} comes twice",
                     hint="trials.jsonl is written by slurmkit: restore it",
                 )
             seen.add(tid)
-            rows.append(row)
     return rows
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -76,7 +75,7 @@ class Lock:
         self.token = os.urandom(8).hex()
         holder = {
             "purpose": purpose,
-            "host": socket.gethostname(),
+            "host": os.uname().nodename,  # what socket.gethostname() says, without socket (~2 ms)
             "pid": os.getpid(),
             "time": time.time(),
             "token": self.token,
