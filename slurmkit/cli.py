@@ -32,8 +32,8 @@ _ENVIRONMENT = {
     errno.ENOSPC: "the filesystem is full: free some space (nothing was left half-written)",
     errno.EDQUOT: "your disk quota is used up: free some space",
     errno.EROFS: "the filesystem is mounted read-only here",
-    errno.EACCES: "you may not write there: check the directory's permissions",
-    errno.EPERM: "you may not write there: check the directory's permissions",
+    errno.EACCES: "you may not read or write there: check the permissions",
+    errno.EPERM: "not permitted there: check the permissions (and that it takes hard links)",
     errno.EIO: "the filesystem failed to read or write: check the mount",
 }
 
@@ -108,6 +108,7 @@ def _reporter(as_json: bool) -> Any:
 
 def _outcome(result: Any, as_json: bool) -> None:
     """Print what a submission did (or would do); exit 1 when a local trial failed."""
+    _warn(result.warnings)
     if as_json:
         _emit_json(result.as_dict())
     elif result.dry_run:
@@ -285,7 +286,7 @@ def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
 
     trials = plan.expand(load(args[0], args[1:]))
     if as_json:
-        click.echo("[" + ", ".join(trials.rows) + "]")  # the manifest's rows, as they are
+        _emit_json([json.loads(row) for row in trials.rows])  # the manifest's rows, strict JSON
         return
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -541,6 +542,7 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
     from .steer import cancel as do_cancel  # steer: status and the backends
 
     done = do_cancel(sweep_dir, dry_run)
+    _warn(done.warnings)
     if as_json:
         _emit_json(done.as_dict())
     else:

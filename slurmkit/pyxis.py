@@ -387,22 +387,24 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
 
 
 def check_paths(c: Container, submit_dir: str, source: str | None) -> None:
-    """Refuse what is missing where the login node can tell: a squashfs image whose directory
-    (below the top level: not ``/`` or ``/mnt``) exists here, so that filesystem is mounted,
-    and a bind-mount source under the submit directory (shared by construction). Other paths
-    (node-local storage, filesystems only compute nodes mount) are left to the job."""
+    """Refuse a squashfs image or a bind-mount source that is missing under the submit
+    directory: that directory is shared (the container mounts it), so a path in it that the
+    login node lacks is missing on the compute nodes too. Paths elsewhere (node-local storage,
+    filesystems only compute nodes mount, images a dependency job makes) are left to the job."""
+    if not os.path.isdir(submit_dir):
+        return  # not on this machine: nothing here to compare with
     paths = [("container.image", c.uri)] if c.uri.startswith(("/", ".")) else []
     paths += [
         (f"container.mounts[{i}]", m.split(":")[0])
         for i, m in enumerate(c.pyxis_mounts)
-        if m.startswith(submit_dir.rstrip("/") + "/")
+        if m.startswith("/")  # not tmpfs or umount
     ]
+    inside = submit_dir.rstrip("/") + "/"
     for key, path in paths:
         full = os.path.normpath(os.path.join(submit_dir, path))
-        parent = os.path.dirname(full)
-        if parent.count("/") >= 2 and os.path.isdir(parent) and not os.path.exists(full):
+        if full.startswith(inside) and not os.path.lexists(full):
             raise SpecError(
-                f"{path} does not exist (seen from {submit_dir})",
+                f"{path} does not exist (in the submit directory {submit_dir})",
                 file=source,
                 key=key,
                 hint="a container that cannot start fails every task: check the path"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import backends, store
@@ -154,6 +154,7 @@ class Cancelled:
     sweep_dir: str
     stopped: dict[str, list[Stopped]]  # by each backend's cancel_key
     dry_run: bool
+    warnings: list[str] = field(default_factory=list)  # damaged files: what cancel could miss
 
     @property
     def texts(self) -> list[str]:
@@ -177,10 +178,11 @@ def cancel(root: str, dry_run: bool = False) -> Cancelled:
         current = collect(root)
         live_jobs = {t.job for t in current.trials if t.job and t.state in states.ACTIVE}
         stopped = backends.cancel_all(store.submissions(sweep), live_jobs, dry_run)
+        warnings = current.warnings
     finally:
         if lock is not None:
             lock.release()
-    return Cancelled(sweep.root, stopped, dry_run)
+    return Cancelled(sweep.root, stopped, dry_run, warnings)
 
 
 def unlock(root: str) -> dict[str, Any] | None:

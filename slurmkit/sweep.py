@@ -77,12 +77,19 @@ def submit(
         return _unsubmitted(target, root, work.total, indices, scripts, dry_run=True)
     lock = Lock(root)
     sweep = store.create(work, root, lock=lock)
+    recorded: list[bool] = []
+
+    def on_recorded() -> None:
+        recorded.append(True)
+        lock.release()
+
     try:
         if on_target is not None:
             on_target(target, sweep)
-        return target.submit(sweep, work, indices, scripts, on_done, lock.release)
-    except (UserError, OSError):  # refused, or the disk filled up: leave nothing behind
-        store.remove(sweep)
+        return target.submit(sweep, work, indices, scripts, on_done, on_recorded)
+    except (UserError, OSError):
+        if not recorded:  # refused, or the disk filled up, before anything was submitted
+            store.remove(sweep)
         raise
     finally:
         lock.release()
@@ -138,12 +145,15 @@ def _resume(
     work = plans.resumed(spec, config, len(current.trials), changed=bool(overrides))
     scripts = render.scripts(work, todo, target.max_array_size, sweep.root) if todo else []
     if dry_run or not todo:
-        return _unsubmitted(target, sweep.root, work.total, todo, scripts, dry_run)
-    if overrides:
-        store.update_config(sweep, work)
-    if on_target is not None:
-        on_target(target, sweep)
-    return target.submit(sweep, work, todo, scripts, on_done, lock.release)
+        result = _unsubmitted(target, sweep.root, work.total, todo, scripts, dry_run)
+    else:
+        if overrides:
+            store.update_config(sweep, work)
+        if on_target is not None:
+            on_target(target, sweep)
+        result = target.submit(sweep, work, todo, scripts, on_done, lock.release)
+    result.warnings = current.warnings
+    return result
 
 
 def _unsubmitted(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import Counter
@@ -134,7 +135,7 @@ def _scheduler(s: Seen) -> str:
 CASES: tuple[Case, ...] = (
     Case(
         "damaged: its status file cannot be read (not completed: resume runs it again)",
-        lambda s: s.file == states.DAMAGED,
+        lambda s: s.file == states.DAMAGED and not s.queued and not s.here,
         lambda s: states.DAMAGED,
     ),
     Case(
@@ -158,7 +159,7 @@ CASES: tuple[Case, ...] = (
             s.queued
             and s.same_job
             and s.file in states.FINAL
-            and s.file != states.TERMINATED
+            and s.file not in (states.TERMINATED, states.DAMAGED)
             and not states.slurm_waiting(s.slurm or "")
         ),
         lambda s: s.file or "",
@@ -183,7 +184,11 @@ CASES: tuple[Case, ...] = (
         lambda s: s.vanished,
         lambda s: states.UNKNOWN,
     ),
-    Case("ended: its record says how", lambda s: s.file is not None, lambda s: s.file or ""),
+    Case(
+        "ended: its record says how",
+        lambda s: s.file is not None and s.file != states.DAMAGED,
+        lambda s: s.file or "",
+    ),
     Case(
         "never started, and the scheduler says how its task ended",
         lambda s: s.owned and s.slurm is not None,
@@ -199,6 +204,7 @@ CASES: tuple[Case, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and a sweep's trials see few distinct things
 def decide(seen: Seen) -> tuple[str, Case]:
     """The state of a trial, and the row of :data:`CASES` that decided it (the first that
     applies). The trial's own status file is trusted for what it saw (COMPLETED always); the
@@ -217,30 +223,37 @@ def _merge(
 ) -> TrialStatus:
     """One trial's status from its manifest row, status file (None: it never started, or with
     ``damaged`` its file cannot be read) and live task."""
-    attempts = status.get("attempts", []) if status else []
-    last = attempts[-1] if attempts else {}
-    task = live.task if live is not None else None
-    job = live.job if live is not None else None
+    if status:
+        attempts = status.get("attempts", [])
+        last = attempts[-1] if attempts else {}
+        file, exit_code, cause = status.get("state"), status.get("exit_code"), status.get("cause")
+    else:
+        attempts, last, file, exit_code, cause = [], {}, None, None, None
+    job, task, here = live if live is not None else (None, None, False)
+    same_job = (
+        job is not None
+        and bool(last)
+        and f"{last.get('array_job_id')}_{last.get('array_task_id')}" == job
+    )
+    seen = Seen(
+        file=states.DAMAGED if damaged else file,
+        slurm=task.state if task is not None else None,
+        same_job=same_job,
+        owned=job is not None,
+        here=here,
+    )
+    state, _ = decide(seen)
     t = TrialStatus(
         row["index"],
         row["id"],
         row["params"],
-        states.NOT_SUBMITTED,
-        exit_code=status.get("exit_code") if status else None,
+        state,
+        exit_code=exit_code,
         attempts=len(attempts),
         host=last.get("host"),
         job=job,
-        cause=status.get("cause") if status else None,
+        cause=cause,
     )
-    ran_in = f"{last.get('array_job_id')}_{last.get('array_task_id')}"
-    seen = Seen(
-        file=states.DAMAGED if damaged else (status.get("state") if status else None),
-        slurm=task.state if task is not None else None,
-        same_job=job is not None and ran_in == job,
-        owned=job is not None,
-        here=live is not None and live.here,
-    )
-    t.state, _ = decide(seen)
     if task is not None:
         t.reason = task.reason if task.reason not in ("None", "") else ""
         if seen.file is None and seen.owned and not seen.queued and task.exit_code is not None:

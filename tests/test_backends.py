@@ -45,9 +45,10 @@ class FakeBackend(Backend):
         return list(record["tasks"])
 
     def live(self, records, owned, ask) -> dict[int, LiveTask]:
+        mine = [i for rec in records for i in rec["tasks"] if owned is None or owned(i)]
         return {
-            i: LiveTask(f"fake-{i}", QUEUE.get(f"fake-{i}") if i in ask else None, False)
-            for i in owned
+            i: LiveTask(f"fake-{i}", QUEUE.get(f"fake-{i}") if ask(i) else None, False)
+            for i in mine
         }
 
     def cancel(

@@ -115,3 +115,10 @@ def test_duplicate_ids_are_refused(sweep):
     (sweep / "trials.jsonl").write_text("\n".join(lines) + "\n")
     proc = run_cli("status", str(sweep))
     assert proc.returncode == 2 and "comes twice" in proc.stderr
+
+
+def test_cancel_and_resume_say_what_is_damaged(sweep):
+    (sweep / "submissions" / "0009.json").write_text("{")
+    for args in (["cancel", str(sweep)], ["sweep", "--resume", str(sweep), "--backend", "local"]):
+        proc = run_cli(*args)
+        assert proc.returncode == 0 and "0009.json" in proc.stderr and "warning:" in proc.stderr

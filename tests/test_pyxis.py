@@ -359,11 +359,11 @@ def test_option_table_shape():
 
 
 def test_missing_squashfs_and_mount_sources_are_refused_where_visible(tmp_path):
-    """The login node sees the shared filesystem: a missing squashfs or bind-mount source there
-    is refused at submit, naming it; a path whose directory is not here is left to the job."""
+    """Under the submit directory (shared: the container mounts it), a missing squashfs or
+    bind-mount source is refused at submit, naming it; a path elsewhere is left to the job."""
     (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "ok.sqsh").write_bytes(b"x")
     (tmp_path / "data").mkdir()
-    ok = {"image": str(tmp_path / "images"), "mounts": [f"{tmp_path / 'data'}:/data"]}
     with pytest.raises(SpecError) as info:
         container_options({"image": "./images/missing.sqsh"}, submit_dir=str(tmp_path))
     assert (
@@ -375,9 +375,10 @@ def test_missing_squashfs_and_mount_sources_are_refused_where_visible(tmp_path):
             {"image": "ubuntu", "mounts": [f"{tmp_path}/gone:/gone"]}, submit_dir=str(tmp_path)
         )
     assert info.value.key == "container.mounts[0]"
+    ok = {"image": "./images/ok.sqsh", "mounts": [f"{tmp_path / 'data'}:/data"]}
     container_options(ok, submit_dir=str(tmp_path))  # both exist
-    # not visible from here (node-local, or a mount only compute nodes have): not refused
+    # elsewhere (node-local storage, a mount only compute nodes have): not refused
     container_options(
-        {"image": "/nonexistent-root/x.sqsh", "mounts": ["/var/nvme/x:/x"]},
+        {"image": "/nonexistent-root/x.sqsh", "mounts": ["/tmp/no-such-node-local:/x"]},
         submit_dir=str(tmp_path),
     )

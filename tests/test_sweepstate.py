@@ -17,7 +17,7 @@ def seen(file=None, slurm=None, same_job=False, owned=False, here=False) -> Seen
 
 # (the row that must decide, what it sees, the state it decides); one example per row, in order
 ROWS = [
-    ("damaged", seen(file="DAMAGED", slurm="RUNNING", same_job=True, owned=True), "DAMAGED"),
+    ("damaged", seen(file="DAMAGED", slurm="COMPLETED", same_job=True, owned=True), "DAMAGED"),
     ("completed", seen(file="COMPLETED", slurm="RUNNING", same_job=True, owned=True), "COMPLETED"),
     (
         "requeued by its own task",
@@ -119,3 +119,11 @@ def test_merge_takes_the_exit_code_from_accounting_when_the_trial_never_started(
 def test_merge_shows_a_pending_reason():
     t = sweepstate._merge(ROW, None, LiveTask("41_3", TaskState("PENDING", "Priority"), False))
     assert (t.state, t.reason) == ("PENDING", "Priority")
+
+
+def test_a_damaged_record_of_a_live_task_follows_the_task():
+    """A damaged status file of a trial that still runs is not DAMAGED (resume would run it a
+    second time): the scheduler, or the live process here, says what it is."""
+    assert decide(seen(file="DAMAGED", slurm="RUNNING", same_job=True, owned=True))[0] == "RUNNING"
+    assert decide(seen(file="DAMAGED", slurm="PENDING", owned=True))[0] == "PENDING"
+    assert decide(seen(file="DAMAGED", here=True))[0] == "PENDING"

@@ -105,18 +105,21 @@ def live_tasks(
     """Every submitted trial's :class:`LiveTask`, from its latest submission's backend: one
     query per backend that has records, about the trials for which ``ask(index)`` is true."""
     groups: dict[str, list[dict[str, Any]]] = {}
+    for rec in _known(records):
+        groups.setdefault(rec.get("backend", "slurm"), []).append(rec)
+    backends = {name: get(name) for name in groups}
+    if len(groups) == 1:  # the usual case: its latest records own every trial they name
+        [(name, recs)] = groups.items()
+        return backends[name].live(recs, None, ask)
     owner: dict[int, str] = {}
-    backends: dict[str, Backend] = {}
     for rec in _known(records):
         name = rec.get("backend", "slurm")
-        backend = backends.get(name) or backends.setdefault(name, get(name))
-        groups.setdefault(name, []).append(rec)
-        for index in backend.indices(rec):
+        for index in backends[name].indices(rec):
             owner[index] = name
     out: dict[int, LiveTask] = {}
     for name, recs in groups.items():
-        owned = {i for i, n in owner.items() if n == name}
-        out.update(backends[name].live(recs, owned, {i for i in owned if ask(i)}))
+        mine = {i for i, n in owner.items() if n == name}
+        out.update(backends[name].live(recs, mine.__contains__, ask))
     return out
 
 

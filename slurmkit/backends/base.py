@@ -62,9 +62,10 @@ class Submission:
     dry_run: bool = False
     ran_here: bool = field(default=False, repr=False)  # the trials ran (and ended) here
     described: str = field(default="", repr=False)  # how they were submitted, for people
+    warnings: list[str] = field(default_factory=list, repr=False)  # damaged files seen
 
     def as_dict(self) -> dict[str, Any]:
-        hidden = ("scripts", "ran_here", "described")
+        hidden = ("scripts", "ran_here", "described", "warnings")
         out = {k: v for k, v in self.__dict__.items() if k not in hidden}
         out["submitted"] = len(self.indices)
         return out
@@ -150,10 +151,14 @@ class Backend(ABC):
 
     @abstractmethod
     def live(
-        self, records: Sequence[dict[str, Any]], owned: set[int], ask: set[int]
+        self,
+        records: Sequence[dict[str, Any]],
+        owned: Callable[[int], bool] | None,
+        ask: Callable[[int], bool],
     ) -> dict[int, LiveTask]:
-        """``{index: LiveTask}`` for the ``owned`` trials (whose latest submission is among its
-        ``records``, oldest first), from ONE query that asks about the ``ask`` trials only."""
+        """``{index: LiveTask}`` for the trials its ``records`` (oldest first) submitted that it
+        ``owned`` (their latest submission is its; None: all), from ONE query that asks the
+        scheduler about those for which ``ask(index)`` is true."""
 
     @abstractmethod
     def cancel(

@@ -67,13 +67,18 @@ class LocalBackend(Backend):
         return expand_array_spec(record["indices"]) if record.get("indices") else []
 
     def live(
-        self, records: Sequence[dict[str, Any]], owned: set[int], ask: set[int]
+        self,
+        records: Sequence[dict[str, Any]],
+        owned: Callable[[int], bool] | None,
+        ask: Callable[[int], bool],
     ) -> dict[int, LiveTask]:
         alive: dict[int, bool] = {}
         for record in records:
             here = running(record) is not None
             alive.update((i, here) for i in self.indices(record))
-        return {i: LiveTask(None, None, here) for i, here in alive.items() if i in owned}
+        return {
+            i: LiveTask(None, None, here) for i, here in alive.items() if owned is None or owned(i)
+        }
 
     def cancel(
         self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool

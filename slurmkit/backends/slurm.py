@@ -84,7 +84,7 @@ class SlurmBackend(Backend):
                     }
                 )
                 result.scripts.append(text)
-        except UserError:
+        except BaseException:  # refused, a full disk, Ctrl-C: no array left queued unrecorded
             if jobs:
                 cancel(j["job_id"] for j in jobs)
             store.drop_submission(sweep, number)
@@ -111,19 +111,22 @@ class SlurmBackend(Backend):
         ]
 
     def live(
-        self, records: Sequence[dict[str, Any]], owned: set[int], ask: set[int]
+        self,
+        records: Sequence[dict[str, Any]],
+        owned: Callable[[int], bool] | None,
+        ask: Callable[[int], bool],
     ) -> dict[int, LiveTask]:
         tasks: dict[int, tuple[str, int]] = {}
         for record in records:
             for job in record.get("jobs", []):
                 for task in expand_array_spec(job["array"]):
                     tasks[job["offset"] + task] = (job["job_id"], task)
-        jobs = {tasks[i][0] for i in ask if i in tasks}
+        jobs = {job for i, (job, _) in tasks.items() if ask(i)}
         answer = query(jobs) if jobs and available() else {}
         return {
             i: LiveTask(f"{job}_{task}", answer.get((job, task)), False)
             for i, (job, task) in tasks.items()
-            if i in owned
+            if owned is None or owned(i)
         }
 
     def cancel(

@@ -94,7 +94,7 @@ class Lock:
                     pass
                 found = read(self.path)
                 if found is not None and found[1] > self.stale_after:
-                    self._break_stale()
+                    self._break_stale(found[0].get("token"))
                     continue
                 if time.monotonic() >= deadline:
                     holder_now, age = found if found is not None else ({}, 0.0)
@@ -133,21 +133,24 @@ class Lock:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # a passing NFS error: beat again next time
                 os.utime(self.path)
 
-    def _break_stale(self) -> None:
-        """Move the stale lock aside and delete it; put it back if it was refreshed meanwhile
-        (then it is not stale: the next attempt waits for it)."""
+    def _break_stale(self, token: str | None) -> None:
+        """Move the stale lock (the one holding ``token``) aside and delete it. What was moved
+        may be another lock by then (a waiter broke the stale one and took it): that one goes
+        back, and this waiter waits for it."""
         aside = f"{self.path}.stale-{os.urandom(4).hex()}"
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return  # another waiter moved it first
         found = read(aside)
-        if found is not None and found[1] <= self.stale_after:
-            with contextlib.suppress(FileExistsError, OSError):
-                os.link(aside, self.path)  # refreshed between our look and the rename
+        if found is not None and (found[0].get("token") != token or found[1] <= self.stale_after):
+            try:
+                os.link(aside, self.path)  # not the stale one: it goes back
+            except FileExistsError:
+                return  # taken meanwhile: keep the moved lock, a holder may still refresh it
         os.unlink(aside)
 
 
