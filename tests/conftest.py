@@ -88,24 +88,56 @@ def wait_sweep(root: str, timeout: float = 240) -> dict:
     raise AssertionError(f"sweep not finished after {timeout} s: {counts}")
 
 
-def local_sweep(
-    tmp_path: Path, body: str, *args: str
-) -> tuple[subprocess.CompletedProcess[str], dict | None]:
-    """``slurmkit sweep`` of ``body`` on the local backend, under tmp_path/runs: the process,
-    and its --json outcome (None when it printed none)."""
-    import json
-
-    spec = tmp_path / "s.yaml"
+def run_spec(
+    tmp_path: Path,
+    body: str,
+    *args: str,
+    command: str = "sweep",
+    backend: str = "local",
+    name: str = "s.yaml",
+) -> subprocess.CompletedProcess[str]:
+    """``slurmkit COMMAND`` (sweep or submit) of ``body`` written to tmp_path/NAME, on
+    ``backend``, under tmp_path/runs, with --json."""
+    spec = tmp_path / name
     spec.write_text(body)
-    proc = run_cli(
-        "sweep",
+    return run_cli(
+        command,
         str(spec),
         f"output_root={tmp_path / 'runs'}",
         "--backend",
-        "local",
+        backend,
         "--json",
         *args,
         cwd=tmp_path,
     )
+
+
+def local_sweep(
+    tmp_path: Path, body: str, *args: str
+) -> tuple[subprocess.CompletedProcess[str], dict | None]:
+    """A sweep of ``body`` on the local backend: the process, and its --json outcome (None
+    when it printed none)."""
+    import json
+
+    proc = run_spec(tmp_path, body, *args)
     result = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
     return proc, result
+
+
+def slurm_submit(
+    tmp_path: Path, body: str, *args: str, command: str = "sweep", expect: int = 0
+) -> dict:
+    """``body`` submitted to the test cluster; its --json outcome (with ``expect`` != 0: the
+    stderr of the refusal, as ``{"stderr": ...}``)."""
+    import json
+
+    proc = run_spec(
+        tmp_path,
+        body,
+        *args,
+        command=command,
+        backend="slurm",
+        name="job.yaml" if command == "submit" else "spec.yaml",
+    )
+    assert proc.returncode == expect, proc.stderr
+    return json.loads(proc.stdout) if expect == 0 else {"stderr": proc.stderr}

@@ -6,27 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli, wait_sweep
+from conftest import ROOT, slurm_submit, wait_sweep
 
 pytestmark = pytest.mark.cluster
 PAYLOAD = ROOT / "tests" / "payloads" / "allreduce.py"
 
 
 def submit_job(tmp_path: Path, body: str, *overrides: str, expect: int = 0):
-    spec = tmp_path / "job.yaml"
-    spec.write_text(body)
-    proc = run_cli(
-        "submit",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "slurm",
-        "--json",
-        *overrides,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == expect, proc.stderr
-    return json.loads(proc.stdout) if expect == 0 else proc
+    return slurm_submit(tmp_path, body, *overrides, command="submit", expect=expect)
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
@@ -64,33 +51,25 @@ container: {{image: nvcr.io/nvidia/pytorch:24.01-py3}}
 """,
         expect=2,
     )
-    assert "pyxis" in proc.stderr and "--container-image" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "pyxis" in proc["stderr"] and "--container-image" in proc["stderr"]
+    assert "Traceback" not in proc["stderr"]
     runs = tmp_path / "runs"
     assert not runs.exists() or not any(runs.iterdir())
 
 
 def test_sweep_of_multi_node_trials(slurm_cluster, tmp_path):
-    spec = tmp_path / "sweep.yaml"
-    spec.write_text(f"""
+    result = slurm_submit(
+        tmp_path,
+        f"""
 name: mn
 command: [python, {PAYLOAD}]
 params: {{tag: [a, b]}}
 launcher: srun
 resources: {{nodes: 2, tasks_per_node: 2, time: "0:05:00"}}
 env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
-""")
-    proc = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "slurm",
-        "--json",
-        cwd=tmp_path,
+""",
     )
-    assert proc.returncode == 0, proc.stderr
-    root = json.loads(proc.stdout)["sweep_dir"]
+    root = result["sweep_dir"]
     final = wait_sweep(root, timeout=180)
     assert final["counts"] == {"COMPLETED": 2}
     for trial in final["trials"]:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, ROOT, run_cli
+from conftest import PAYLOAD, ROOT, run_cli, slurm_submit
 
 from slurmkit.errors import SchedulerError
 from slurmkit.sweepstate import collect
@@ -46,19 +46,7 @@ def reference(tmp_path_factory) -> callable:
 
 
 def submit(tmp_path: Path, body: str) -> dict:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(body)
-    proc = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "slurm",
-        "--json",
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return slurm_submit(tmp_path, body)
 
 
 def trial_status(root: str, index: int = 0) -> dict:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli, wait_sweep
+from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli, slurm_submit, wait_sweep
 from spec_examples import TRICKY
 
 from slurmkit.sweepstate import collect
@@ -18,20 +18,7 @@ pytestmark = pytest.mark.cluster
 
 
 def submit(tmp_path: Path, body: str, *overrides: str, expect: int = 0) -> dict:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(body)
-    proc = run_cli(
-        "sweep",
-        str(spec),
-        f"output_root={tmp_path / 'runs'}",
-        "--backend",
-        "slurm",
-        "--json",
-        *overrides,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == expect, proc.stderr
-    return json.loads(proc.stdout) if expect == 0 else {"stderr": proc.stderr}
+    return slurm_submit(tmp_path, body, *overrides, expect=expect)
 
 
 def received(root: str, trial: dict) -> dict:
