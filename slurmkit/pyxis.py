@@ -11,7 +11,8 @@ and :func:`srun_options` renders it::
     container:
       image: nvcr.io/nvidia/pytorch:24.01-py3      # rendered nvcr.io#nvidia/pytorch:24.01-py3
       mounts: ["/mnt/data:/data:ro+rprivate", {src: tmpfs, dst: /scratch, flags: [size=8G]}]
-      workdir: /workspace                          # default: the submit directory, mounted
+      workdir: /workspace                          # default: the submit directory, mounted;
+                                                   # `image`: the image's own WORKDIR
       env_keep: [WANDB_API_KEY]                    # host values win over the image's
       writable: true                               # --container-writable / --container-readonly
       remap_root: false                            # --[no-]container-remap-root
@@ -121,6 +122,7 @@ _REPO = re.compile(r"^[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _IMAGE_PATH = re.compile(r"^[/.][^\s'\"$`\\,]*$")
 _PATH = re.compile(r"^/[^\s'\"$`\\,:]*$")  # expressible in --container-mounts
+IMAGE_WORKDIR = "image"  # container.workdir value: keep the image's WORKDIR
 _WORKDIR = re.compile(r"^/[^\s'\"$`\\]*$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -142,7 +144,7 @@ class Container:
     uri: str
     mounts: list[Any] = field(default_factory=list)  # as written (strings or mappings)
     pyxis_mounts: tuple[str, ...] = ()  # the same as SRC:DST[:FLAGS]
-    workdir: str | None = None  # None: the submit directory, mounted at the same path
+    workdir: str | None = None  # None: the submit directory; "image": the image's WORKDIR
     env_keep: tuple[str, ...] = ()
     writable: bool | None = None
     remap_root: bool | None = None
@@ -335,12 +337,15 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
         )
     rendered = tuple(_mount(m, f"container.mounts[{i}]", source) for i, m in enumerate(raw_mounts))
     workdir = data.get("workdir")
-    if workdir is not None and (not isinstance(workdir, str) or not _WORKDIR.match(workdir)):
+    if workdir not in (None, IMAGE_WORKDIR) and (
+        not isinstance(workdir, str) or not _WORKDIR.match(workdir)
+    ):
         raise SpecError(
             f"{workdir!r} is not an absolute path",
             file=source,
             key="container.workdir",
-            hint="a path inside the container, e.g. /workspace",
+            hint=f"a path inside the container, e.g. /workspace, or {IMAGE_WORKDIR!r} to keep "
+            "the image's WORKDIR",
         )
     name, flag = data.get("name"), ""
     if name is not None:
@@ -425,9 +430,11 @@ def srun_options(
 ) -> list[str]:
     """The ``srun`` options of a validated container block.
 
-    ``submit_dir`` (default: the current directory) is the default workdir, mounted at the same
-    path. ``env_names``: variables the script exports that must win over the image's (a
-    profile's, the spec's ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
+    ``submit_dir`` (default: the current directory) is mounted at the same path and is the
+    default workdir; ``workdir: image`` renders no ``--container-workdir``, so tasks start in
+    the image's WORKDIR (benchmark images such as nccl-tests expect that). ``env_names``:
+    variables the script exports that must win over the image's (a profile's, the spec's
+    ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
     ``--container-env``. ``source`` names the spec file in errors, and so does a squashfs image
     or a mount source that is missing where this machine can see it (:func:`check_paths`).
     """
@@ -436,7 +443,7 @@ def srun_options(
     mounts = list(c.pyxis_mounts)
     submit_dir = os.path.abspath(submit_dir or os.getcwd())
     workdir = c.workdir
-    if workdir is None:
+    if workdir in (None, IMAGE_WORKDIR):
         if not _PATH.match(submit_dir):
             raise SpecError(
                 f"the submit directory {submit_dir!r} cannot be mounted by pyxis",
@@ -444,12 +451,13 @@ def srun_options(
                 key="container.workdir",
                 hint="set container.workdir (and mount your code) explicitly",
             )
-        workdir = submit_dir
+        workdir = submit_dir if workdir is None else None
         if not any(_covers(m.split(":")[1], submit_dir) for m in mounts):
             mounts.append(f"{submit_dir}:{submit_dir}")
     if mounts:
         opts.append(f"--container-mounts={','.join(mounts)}")
-    opts.append(f"--container-workdir={workdir}")
+    if workdir is not None:
+        opts.append(f"--container-workdir={workdir}")
     if c.name is not None:
         digest = _image_digest(c.uri, submit_dir)
         # the job id (filled in by the runtime) keeps jobs from sharing a container: tasks

@@ -140,6 +140,17 @@ def test_submit_dir_already_under_a_mount_is_not_mounted_twice():
     )
 
 
+def test_workdir_image_keeps_the_image_workdir_and_still_mounts_the_submit_dir():
+    opts = render(image="ghcr.io/coreweave/nccl-tests:latest", workdir="image")
+    assert option(opts, "container-workdir") is None
+    assert option(opts, "container-mounts") == "/mnt/home/me/proj:/mnt/home/me/proj"
+    # a path named "image" is still a path when it is one
+    assert option(render(image="ubuntu", workdir="/image"), "container-workdir") == "/image"
+    assert spec_error("not an absolute path", image="ubuntu", workdir="Image").key == (
+        "container.workdir"
+    )
+
+
 def test_submit_dir_default_is_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     opts = container_options({"image": "ubuntu"})
