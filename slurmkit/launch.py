@@ -8,6 +8,7 @@ first node (:func:`slurmkit.core.rendezvous.fill`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,12 +23,33 @@ def srun_options(options: dict[str, str | int | bool]) -> list[str]:
     return [f"--{flags[k]}" if v is True else f"--{flags[k]}={v}" for k, v in options.items()]
 
 
+def env_wrapper(prepend: Mapping[str, str], append: Mapping[str, str]) -> list[str]:
+    """``sh -c`` that joins path-like values before (``prepend``) or after (``append``) the
+    value the task would see (inside a container, the image's own), then execs the rest of the
+    argv. The values travel as arguments, never as script text; the names in the fixed script
+    are validated identifiers. Empty when there is nothing to join."""
+    lines, values = [], []
+    for name, value in prepend.items():
+        values.append(value)
+        lines.append(f'export {name}="${{{len(values)}}}${{{name}:+:${name}}}"')
+    for name, value in append.items():
+        values.append(value)
+        lines.append(f'export {name}="${{{name}:+${name}:}}${{{len(values)}}}"')
+    if not values:
+        return []
+    script = "; ".join([*lines, f"shift {len(values)}", 'exec "$@"'])
+    return ["sh", "-c", script, "slurmkit-env", *values]
+
+
 def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
-    """``{"step": [...srun + container options + self-check], "launcher": [...torchrun]}``;
-    both empty when the command runs as it is (one task on one node, no container)."""
+    """``{"step": [...srun + container options + self-check], "launcher": [...torchrun]}``,
+    with ``"env"`` (:func:`env_wrapper`) between them when the spec prepends or appends
+    values; step and launcher are empty when the command runs as it is (one task on one
+    node, no container)."""
+    wrap = env_wrapper(spec.env_prepend, spec.env_append)
     r = spec.resources
     if not (spec.container or spec.launcher or spec.srun or r.nodes > 1 or r.tasks_per_node > 1):
-        return {"step": [], "launcher": []}
+        return {"step": [], "launcher": [], **({"env": wrap} if wrap else {})}
     per_node = r.gpu_count or r.tasks_per_node
     tasks = (
         1
@@ -64,4 +86,4 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
             "--rdzv-endpoint={master_addr}:{master_port}",
             "--rdzv-id={job_id}",
         ]
-    return {"step": step, "launcher": launcher}
+    return {"step": step, "launcher": launcher, **({"env": wrap} if wrap else {})}

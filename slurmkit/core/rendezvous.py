@@ -4,7 +4,8 @@ rendered script's comments).
 
 ``sweep.json`` stores a launch as ``{"step": [...], "launcher": [...]}``: ``step`` is the
 ``srun`` prefix, ``launcher`` (e.g. ``torchrun``) may hold the tokens ``{master_addr}``,
-``{master_port}``, ``{nnodes}`` and ``{job_id}``.
+``{master_port}``, ``{nnodes}`` and ``{job_id}``; an optional ``env`` (the ``sh -c`` that
+prepends/appends values, inside the container) goes between them, never filled in.
 """
 
 from __future__ import annotations
@@ -65,4 +66,4 @@ def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
         arg.replace("{job_id}", values["{job_id}"]) if arg.startswith(CONTAINER_NAME) else arg
         for arg in launch.get("step", [])
     ]
-    return [*step, *launcher]
+    return [*step, *launch.get("env", []), *launcher]

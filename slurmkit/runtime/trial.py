@@ -163,6 +163,8 @@ class TrialRun:
         if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
             env.update(rendezvous(env))
             argv = fill(launch, env) + argv
+        elif launch.get("env"):  # env_prepend/env_append on a plain command
+            argv = [*launch["env"], *argv]
         cwd = cfg.get("workdir") or cfg.get("submit_dir") or None
         with open(self.sweep.output(self.id), "ab") as log:
             header = (

@@ -24,6 +24,8 @@ TOP_KEYS = (
     "max_parallel",
     "output_root",
     "env",
+    "env_prepend",
+    "env_append",
     "workdir",
     "requeue",
     "container",
@@ -82,7 +84,16 @@ CONTAINER_KEYS = (
     "name",
 )
 # Keys that `slurmkit sweep --resume DIR KEY=VALUE` may change (the trials stay as they are).
-RESUMABLE = ("resources", "max_parallel", "env", "requeue", "container", "self_check")
+RESUMABLE = (
+    "resources",
+    "max_parallel",
+    "env",
+    "env_prepend",
+    "env_append",
+    "requeue",
+    "container",
+    "self_check",
+)
 
 Domain = Any  # a fixed value, a Choice, or a Distribution
 
@@ -140,6 +151,9 @@ class SweepSpec:
     max_parallel: int | None = None
     output_root: str = "runs"
     env: dict[str, str] = field(default_factory=dict)
+    # path-like values joined with ':' before / after the task's own value (the image's)
+    env_prepend: dict[str, str] = field(default_factory=dict)
+    env_append: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     requeue: Requeue = field(default_factory=Requeue)
     container: Container | None = None
@@ -164,6 +178,8 @@ class SweepSpec:
             command=list(self.command),
             resources=asdict(self.resources),
             env=dict(self.env),
+            env_prepend=dict(self.env_prepend),
+            env_append=dict(self.env_append),
             requeue=asdict(self.requeue),
             container=self.container.to_dict() if self.container else None,
         )

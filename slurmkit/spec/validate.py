@@ -167,6 +167,8 @@ def validate(
         workdir = _typed(data, "workdir", str, source, default=None)
     resources = _resources(data.get("resources"), source)
     env = _env(data.get("env"), source)
+    env_prepend = _env_paths(data.get("env_prepend"), "env_prepend", source)
+    env_append = _env_paths(data.get("env_append"), "env_append", source)
     launcher = data.get("launcher")
     if launcher is not None and launcher not in LAUNCHERS:
         raise SpecError(
@@ -204,6 +206,8 @@ def validate(
         output_root=output_root,
         resources=resources,
         env=env,
+        env_prepend=env_prepend,
+        env_append=env_append,
         container=container,
         launcher=launcher,
         srun=srun,
@@ -308,6 +312,36 @@ def _command(raw: Any, source: str) -> tuple[str, ...]:
     if not argv:
         raise SpecError("is empty", file=source, key="command")
     return tuple(argv)
+
+
+def _env_paths(raw: Any, key: str, source: str) -> dict[str, str]:
+    """``env_prepend``/``env_append``: variable -> a path or a list of paths (joined with ':')."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            "must be a mapping of variable names to paths",
+            file=source,
+            key=key,
+            hint=f"{key}: {{LD_LIBRARY_PATH: /opt/hpcx/lib}} (or a list of paths)",
+        )
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        where = f"{key}.{name}"
+        if not isinstance(name, str) or not _ENV.match(name):
+            raise SpecError("not a valid environment variable name", file=source, key=where)
+        parts = value if isinstance(value, list) else [value]
+        if not parts or not all(isinstance(p, str) and p for p in parts):
+            raise SpecError(
+                f"must be a path or a list of paths, got {value!r}",
+                file=source,
+                key=where,
+                hint="quote a value that YAML reads as a number or boolean",
+            )
+        if any(ch in p for p in parts for ch in "\n\r\0"):
+            raise SpecError("a path may not hold a newline or NUL", file=source, key=where)
+        out[name] = ":".join(parts)
+    return out
 
 
 def _env(raw: Any, source: str) -> dict[str, str]:
