@@ -70,7 +70,7 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
         step += pyxis.srun_options(
             spec.container,
             submit_dir=spec.workdir or submit_dir,
-            env_names=spec.env,
+            env_names=[*spec.env, *spec.env_runtime],
             source=spec.source,
         )
         if spec.self_check:

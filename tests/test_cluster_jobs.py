@@ -94,3 +94,23 @@ def test_an_mpi_job_runs_one_rank_per_task(slurm_cluster, tmp_path):
     ranks = sorted(line.split() for line in (trial / "ranks").read_text().splitlines())
     assert [r[:2] for r in ranks] == [[str(i), "4"] for i in range(4)]
     assert len({r[2] for r in ranks}) == 2  # two nodes
+
+
+def test_run_time_values_reach_every_task_of_a_two_node_step(slurm_cluster, tmp_path):
+    """env_runtime placeholders are filled by the runtime (the job's own id), env_prepend is
+    joined with the value the task would see, and both reach the tasks srun starts."""
+    script = 'echo "$SLURM_JOB_ID $SCR $LIBS" >> "$SLURMKIT_TRIAL_DIR/seen"'
+    body = (
+        f"command: [bash, -c, '{script}']\nlauncher: none\n"
+        "resources: {nodes: 2, tasks_per_node: 1}\n"
+        "env: {LIBS: /base/lib}\nenv_prepend: {LIBS: [/opt/a, /opt/b]}\n"
+        "env_runtime: {SCR: '/scratch/{job_id}/{array_task_id}-{{x}}'}\n"
+    )
+    result = submit_job(tmp_path, body)
+    final = wait_sweep(result["sweep_dir"], timeout=120)
+    assert final["counts"] == {"COMPLETED": 1}, final
+    trial = Path(result["sweep_dir"]) / "trials" / final["trials"][0]["id"]
+    seen = [line.split() for line in (trial / "seen").read_text().splitlines()]
+    assert len(seen) == 2
+    for job, scr, libs in seen:
+        assert scr == f"/scratch/{job}/0-{{x}}" and libs == "/opt/a:/opt/b:/base/lib"

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from ..core import states
+from ..core import placeholders, states
 from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.layout import SweepDir
@@ -147,9 +147,16 @@ class TrialRun:
         self._record(states.RUNNING, None)
         cfg = self.config
         argv = list(cfg["command"]) + param_args(self.row["params"], cfg.get("args", "hydra"))
+        known = {
+            "job_id": os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}-{self.row['index']}",
+            "array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID") or str(self.row["index"]),
+            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            "trial_dir": self.dir,
+        }
         env = {
             **os.environ,
             **cfg.get("env", {}),
+            **placeholders.fill(cfg.get("env_runtime", {}), known),
             "PATH": _path_with_python(),
             "SLURMKIT_SWEEP_DIR": self.sweep.root,
             "SLURMKIT_TRIAL_ID": self.id,

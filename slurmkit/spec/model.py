@@ -26,6 +26,7 @@ TOP_KEYS = (
     "env",
     "env_prepend",
     "env_append",
+    "env_runtime",
     "workdir",
     "requeue",
     "container",
@@ -90,6 +91,7 @@ RESUMABLE = (
     "env",
     "env_prepend",
     "env_append",
+    "env_runtime",
     "requeue",
     "container",
     "self_check",
@@ -154,6 +156,8 @@ class SweepSpec:
     # path-like values joined with ':' before / after the task's own value (the image's)
     env_prepend: dict[str, str] = field(default_factory=dict)
     env_append: dict[str, str] = field(default_factory=dict)
+    # values with {job_id}-style placeholders that the runtime fills in (core.placeholders)
+    env_runtime: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
     requeue: Requeue = field(default_factory=Requeue)
     container: Container | None = None
@@ -180,6 +184,7 @@ class SweepSpec:
             env=dict(self.env),
             env_prepend=dict(self.env_prepend),
             env_append=dict(self.env_append),
+            env_runtime=dict(self.env_runtime),
             requeue=asdict(self.requeue),
             container=self.container.to_dict() if self.container else None,
         )

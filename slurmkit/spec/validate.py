@@ -169,6 +169,14 @@ def validate(
     env = _env(data.get("env"), source)
     env_prepend = _env_paths(data.get("env_prepend"), "env_prepend", source)
     env_append = _env_paths(data.get("env_append"), "env_append", source)
+    env_runtime = _env_runtime(data.get("env_runtime"), source)
+    for name in env_runtime.keys() & env.keys():
+        raise SpecError(
+            f"{name} is set in env as well",
+            file=source,
+            key=f"env_runtime.{name}",
+            hint="set each variable in one of env (as written) and env_runtime (filled in)",
+        )
     launcher = data.get("launcher")
     if launcher is not None and launcher not in LAUNCHERS:
         raise SpecError(
@@ -208,6 +216,7 @@ def validate(
         env=env,
         env_prepend=env_prepend,
         env_append=env_append,
+        env_runtime=env_runtime,
         container=container,
         launcher=launcher,
         srun=srun,
@@ -341,6 +350,38 @@ def _env_paths(raw: Any, key: str, source: str) -> dict[str, str]:
         if any(ch in p for p in parts for ch in "\n\r\0"):
             raise SpecError("a path may not hold a newline or NUL", file=source, key=where)
         out[name] = ":".join(parts)
+    return out
+
+
+def _env_runtime(raw: Any, source: str) -> dict[str, str]:
+    """``env_runtime``: variable -> text whose placeholders the runtime fills in."""
+    from ..core import placeholders
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            "must be a mapping of variable names to values",
+            file=source,
+            key="env_runtime",
+            hint="env_runtime: {TMPDIR: '/scratch/{job_id}'}",
+        )
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        where = f"env_runtime.{name}"
+        if not isinstance(name, str) or not _ENV.match(name):
+            raise SpecError("not a valid environment variable name", file=source, key=where)
+        if not isinstance(value, str):
+            raise SpecError(f"must be a string, got {value!r}", file=source, key=where)
+        why = placeholders.problem(value)
+        if why:
+            raise SpecError(
+                why,
+                file=source,
+                key=where,
+                hint="placeholders: " + ", ".join(f"{{{p}}}" for p in placeholders.PLACEHOLDERS),
+            )
+        out[name] = value
     return out
 
 
