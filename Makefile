@@ -33,6 +33,7 @@ lint: install
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/mypy
 	shellcheck -s bash sbatch/*.sbatch
+	shellcheck -s sh slurmkit/runtime/selfcheck.sh
 
 # Linters, then unit tests + integration tests on a real 4-node Slurm cluster started (and
 # stopped) here.

@@ -9,12 +9,20 @@ first node (:func:`slurmkit.core.rendezvous.fill`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .spec import SweepSpec
 
-SELF_CHECK = ["bash", "-c", 'python3 -m slurmkit.runtime.selfcheck && exec "$@"', "slurmkit"]
+SELF_CHECK_NAME = "slurmkit-selfcheck"  # the $0 of the check: the rendered script shows this
+
+
+def self_check() -> list[str]:
+    """``sh -c SCRIPT slurmkit-selfcheck``: ``runtime/selfcheck.sh``, which needs only a POSIX
+    shell in the image, checks the task's environment and execs the rest of the argv."""
+    text = (Path(__file__).parent / "runtime" / "selfcheck.sh").read_text()
+    return ["sh", "-c", text, SELF_CHECK_NAME]
 
 
 def srun_options(options: dict[str, str | int | bool]) -> list[str]:
@@ -74,7 +82,7 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
             source=spec.source,
         )
         if spec.self_check:
-            step += SELF_CHECK
+            step += self_check()
     launcher = []
     if spec.launcher == "torchrun":
         launcher = [

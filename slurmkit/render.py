@@ -13,6 +13,7 @@ from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
 from .core.contract import REQUEUE_EXIT
 from .core.rendezvous import fill
 from .errors import UserError
+from .launch import SELF_CHECK_NAME
 from .plan import Chunk, Plan, chunks
 
 if TYPE_CHECKING:
@@ -163,9 +164,13 @@ def _describe(step: list[str] | None) -> list[str]:
     """Comment lines showing how the runtime launches each trial (argv; validated values)."""
     if not step:
         return []
+    shown = [  # the self-check's script text, shown by name (it spans many lines)
+        "<selfcheck.sh>" if i + 1 < len(step) and step[i + 1] == SELF_CHECK_NAME else arg
+        for i, arg in enumerate(step)
+    ]
     return [
         "# The runtime launches each trial as (no shell; {...} filled in on the first node):",
-        f"#   {shlex.join(step)} COMMAND [PARAMETERS]",
+        f"#   {shlex.join(shown)} COMMAND [PARAMETERS]",
     ]
 
 

@@ -65,8 +65,8 @@ def test_wrapper_runs_inside_the_container_before_torchrun(spec_file):
         {"LD_LIBRARY_PATH": "/opt/hpcx/lib:/usr/local/lib"}, {}
     )
     argv = rendezvous.fill(plan, {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "SLURM_JOB_ID": "7"})
-    wrap = argv.index("sh")
-    assert argv[wrap - len(launch.SELF_CHECK) : wrap] == launch.SELF_CHECK  # after pyxis's
+    wrap = argv.index("slurmkit-env") - 3  # sh -c SCRIPT slurmkit-env
+    assert argv[wrap - len(launch.self_check()) : wrap] == launch.self_check()  # after pyxis's
     assert argv[wrap + len(plan["env"])] == "torchrun"
     assert "env" not in launch.build(spec_mod.load(str(spec_file(JOB)), job=True), "/p")
 

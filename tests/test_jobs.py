@@ -40,7 +40,7 @@ def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
     assert {"MASTER_ADDR", "MASTER_PORT", "WANDB_API_KEY", "NCCL_SOCKET_IFNAME"} <= set(
         env.split("=", 1)[1].split(",")
     )
-    assert step[-4:] == launch.SELF_CHECK
+    assert step[-4:] == launch.self_check()
     assert plan["launcher"][:3] == ["torchrun", "--no-python", "--nnodes={nnodes}"]
     assert "--nproc-per-node=8" in plan["launcher"]
     filled = rendezvous.fill(
@@ -70,7 +70,7 @@ def test_srun_launcher_one_task_per_gpu_and_no_self_check(spec_file):
     )
     step = launch.build(s, "/w")["step"]
     assert "--ntasks-per-node=8" in step and "--ntasks=128" in step
-    assert launch.SELF_CHECK[2] not in step
+    assert launch.self_check()[2] not in step
 
 
 def test_plain_single_task_needs_no_step(spec_file):

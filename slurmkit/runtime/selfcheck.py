@@ -1,6 +1,7 @@
 """``python -m slurmkit.runtime.selfcheck [PATH]``: is this task's environment fit to train?
 
-Runs first in every container job, on each task, in a few seconds. Checks:
+The by-hand form of the container self-check (container jobs run ``selfcheck.sh``, which
+needs only a POSIX shell in the image), for a node or image with slurmkit. Checks:
 
 * ``torch``: it imports;
 * ``gpus``: torch sees as many GPUs as the allocation gives this task: ``CUDA_VISIBLE_DEVICES``
