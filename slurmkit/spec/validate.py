@@ -323,19 +323,20 @@ def _command(raw: Any, source: str) -> tuple[str, ...]:
     return tuple(argv)
 
 
-def _env_paths(raw: Any, key: str, source: str) -> dict[str, str]:
-    """``env_prepend``/``env_append``: variable -> a path or a list of paths (joined with ':')."""
+def _mapping(raw: Any, key: str, what: str, source: str, hint: str) -> Mapping[Any, Any]:
+    """``raw`` when it is a mapping, ``{}`` when it is not given; else an error naming ``key``."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise SpecError(
-            "must be a mapping of variable names to paths",
-            file=source,
-            key=key,
-            hint=f"{key}: {{LD_LIBRARY_PATH: /opt/hpcx/lib}} (or a list of paths)",
-        )
+        raise SpecError(f"must be a mapping of {what}", file=source, key=key, hint=hint)
+    return raw
+
+
+def _env_paths(raw: Any, key: str, source: str) -> dict[str, str]:
+    """``env_prepend``/``env_append``: variable -> a path or a list of paths (joined with ':')."""
+    hint = f"{key}: {{LD_LIBRARY_PATH: /opt/hpcx/lib}} (or a list of paths)"
     out: dict[str, str] = {}
-    for name, value in raw.items():
+    for name, value in _mapping(raw, key, "variable names to paths", source, hint).items():
         where = f"{key}.{name}"
         if not isinstance(name, str) or not _ENV.match(name):
             raise SpecError("not a valid environment variable name", file=source, key=where)
@@ -357,17 +358,11 @@ def _env_runtime(raw: Any, source: str) -> dict[str, str]:
     """``env_runtime``: variable -> text whose placeholders the runtime fills in."""
     from ..core import placeholders
 
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise SpecError(
-            "must be a mapping of variable names to values",
-            file=source,
-            key="env_runtime",
-            hint="env_runtime: {TMPDIR: '/scratch/{job_id}'}",
-        )
+    hint = "env_runtime: {TMPDIR: '/scratch/{job_id}'}"
     out: dict[str, str] = {}
-    for name, value in raw.items():
+    for name, value in _mapping(
+        raw, "env_runtime", "variable names to values", source, hint
+    ).items():
         where = f"env_runtime.{name}"
         if not isinstance(name, str) or not _ENV.match(name):
             raise SpecError("not a valid environment variable name", file=source, key=where)
@@ -511,18 +506,16 @@ def canonical(resources: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 
 def _extra(raw: Any, source: str) -> dict[str, str | int | bool]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise SpecError(
-            "must be a mapping of sbatch option names to values",
-            file=source,
-            key="resources.extra",
-            hint="extra: {exclusive: true, comment: run42}",
-        )
+    options = _mapping(
+        raw,
+        "resources.extra",
+        "sbatch option names to values",
+        source,
+        "extra: {exclusive: true, comment: run42}",
+    )
     extra: dict[str, str | int | bool] = {}
     given: dict[str, Any] = {}  # each option's key in raw: comment and --comment are one option
-    for written, value in raw.items():
+    for written, value in options.items():
         key = str(written).lstrip("-")
         full = f"resources.extra.{key}"
         if not _OPTION.match(key):
