@@ -17,7 +17,7 @@ if [ -z "$dir" ]; then
 elif [ ! -d "$dir" ]; then
   fail "path: $dir: not a directory here: is it mounted?"
 else
-  f="$dir/.slurmkit-selfcheck-$host-$$"
+  f="$dir/.slurmkit-selfcheck-$host-${SLURM_PROCID:-0}-$$"  # pids repeat across pid namespaces
   if ! { printf 'slurmkit %s\n' "$$" >"$f"; } 2>/dev/null; then
     fail "path: $dir: cannot create a file in it"
   else
