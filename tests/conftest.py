@@ -9,8 +9,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from slurmkit.core.values import Choice
 
 sys.path.insert(0, os.path.dirname(__file__))
 pytest_plugins = ["slurm_fixtures"]
@@ -32,6 +35,19 @@ def run_cli(
         env={**os.environ, **(env or {})},
         timeout=timeout,
     )
+
+
+def typed(value: Any) -> Any:
+    """Exact structural form: tells 1, 1.0 and True apart and makes nan comparable."""
+    if isinstance(value, float):
+        return ("float", repr(value))
+    if isinstance(value, list):
+        return ("list", [typed(v) for v in value])
+    if isinstance(value, dict):
+        return ("dict", [(typed(k), typed(v)) for k, v in value.items()])
+    if isinstance(value, Choice):
+        return ("sweep", [typed(v) for v in value.values])
+    return (type(value).__name__, value)
 
 
 def write_spec(path: Path, body: str) -> Path:

@@ -49,33 +49,25 @@ def test_completion_scripts_and_completing_commands():
         assert (
             proc.returncode == 0 and needle in proc.stdout and "_SLURMKIT_COMPLETE" in proc.stdout
         )
-    env = {"COMP_WORDS": "slurmkit sta", "COMP_CWORD": "1", "_SLURMKIT_COMPLETE": "bash_complete"}
     import subprocess
     import sys
 
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; sys.argv[0] = 'slurmkit'; from slurmkit import cli; cli.run()",
-        ],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-    )
-    assert "plain,status" in proc.stdout.splitlines()
-    env["COMP_WORDS"], env["COMP_CWORD"] = "slurmkit status ", "2"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys; sys.argv[0] = 'slurmkit'; from slurmkit import cli; cli.run()",
-        ],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-    )
-    assert proc.stdout.splitlines()[0].startswith("dir,")  # the shell completes directories
+    def complete(words: str, cword: str) -> list[str]:
+        """What bash's completion gets from the program named slurmkit."""
+        env = {"COMP_WORDS": words, "COMP_CWORD": cword, "_SLURMKIT_COMPLETE": "bash_complete"}
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; sys.argv[0] = 'slurmkit'; from slurmkit import cli; cli.run()",
+            ],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+        ).stdout.splitlines()
+
+    assert "plain,status" in complete("slurmkit sta", "1")
+    assert complete("slurmkit status ", "2")[0].startswith("dir,")  # the shell completes dirs
 
 
 def test_piped_tables_are_plain_and_whole(tmp_path):

@@ -25,6 +25,14 @@ def received(root: str, trial: dict) -> dict:
     return json.loads((Path(root) / "trials" / trial["id"] / "received.json").read_text())
 
 
+def wait_running(root: str, n: int, timeout: float = 60) -> None:
+    """Until ``n`` trials of the sweep are RUNNING (or ``timeout`` s pass: the test's asserts
+    then say what is wrong)."""
+    end = time.time() + timeout
+    while collect(root).counts.get("RUNNING", 0) < n and time.time() < end:
+        time.sleep(0.3)
+
+
 def test_sweep_of_20_completes_with_metrics(slurm_cluster, tmp_path):
     result = submit(
         tmp_path,
@@ -154,9 +162,7 @@ def test_cancel_stops_running_and_pending_trials(slurm_cluster, tmp_path):
         "command: [sleep, '300']\nargs: none\nparams: {i: 'range(0,6)'}\nmax_parallel: 2\n",
     )
     root = result["sweep_dir"]
-    end = time.time() + 60
-    while collect(root).counts.get("RUNNING", 0) < 2 and time.time() < end:
-        time.sleep(0.5)
+    wait_running(root, 2)
     would = json.loads(run_cli("cancel", root, "--dry-run", "--json").stdout)
     assert would["jobs"] == [result["jobs"][0]["job_id"]] and would["dry_run"]
     assert collect(root).counts.get("RUNNING", 0) == 2  # nothing was cancelled
@@ -310,9 +316,7 @@ def test_resume_racing_a_running_array_submits_nothing(slurm_cluster, tmp_path):
         "command: [sleep, '4']\nargs: none\nparams: {i: 'range(0,4)'}\nmax_parallel: 2\n",
     )
     root = result["sweep_dir"]
-    end = time.time() + 60
-    while collect(root).counts.get("RUNNING", 0) < 1 and time.time() < end:
-        time.sleep(0.3)
+    wait_running(root, 1)
     for r in _resume_twice(root):
         assert r["indices"] == [] and r["jobs"] == []
     final = wait_sweep(root, timeout=120)

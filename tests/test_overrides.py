@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import pytest
+from conftest import typed
 
 from slurmkit.overrides import (
     Choice,
@@ -18,19 +19,6 @@ from slurmkit.overrides import (
     parse_override,
     parse_value,
 )
-
-
-def typed(value: Any) -> Any:
-    """Exact structural form: tells 1, 1.0 and True apart and makes nan comparable."""
-    if isinstance(value, float):
-        return ("float", repr(value))
-    if isinstance(value, list):
-        return ("list", [typed(v) for v in value])
-    if isinstance(value, dict):
-        return ("dict", [(typed(k), typed(v)) for k, v in value.items()])
-    if isinstance(value, Choice):
-        return ("sweep", [typed(v) for v in value.values])
-    return (type(value).__name__, value)
 
 
 @pytest.fixture(scope="module")

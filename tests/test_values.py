@@ -9,6 +9,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from conftest import typed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,19 +62,6 @@ def outcome(function: Any, *args: Any) -> tuple[str, Any]:
         return ("ok", function(*args))
     except (ValueError, TypeError) as exc:
         return (type(exc).__name__, str(exc))
-
-
-def typed(value: Any) -> Any:
-    """Exact structural form: tells 1, 1.0 and True apart and makes nan comparable."""
-    if isinstance(value, float):
-        return ("float", repr(value))
-    if isinstance(value, list):
-        return ("list", [typed(v) for v in value])
-    if isinstance(value, dict):
-        return ("dict", [(typed(k), typed(v)) for k, v in value.items()])
-    if isinstance(value, Choice):
-        return ("sweep", [typed(v) for v in value.values])
-    return (type(value).__name__, value)
 
 
 # --------------------------------------------------------------------------- #
