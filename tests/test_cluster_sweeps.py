@@ -329,6 +329,35 @@ def test_resume_racing_a_running_array_submits_nothing(slurm_cluster, tmp_path):
     assert _overlap(attempts) <= 2
 
 
+def test_a_second_array_of_the_same_trials_never_runs_them_twice(slurm_cluster, tmp_path):
+    """The rendered script submitted again by hand, past the lock, while the first array runs:
+    each task of the second array finds its trial claimed by a live job and leaves it be."""
+    result = submit(tmp_path, "command: [sleep, '30']\nargs: none\nparams: {i: 'range(0,2)'}\n")
+    root = result["sweep_dir"]
+    first = result["jobs"][0]["job_id"]
+    wait_running(root, 2)
+    script = next((Path(root) / "scripts").iterdir())
+    again = subprocess.run(
+        ["sbatch", "--parsable", str(script)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    logs = [Path(root) / "logs" / f"{again}_{task}.out" for task in (0, 1)]
+    end = time.time() + 60
+    while time.time() < end and not all(
+        p.exists() and "leaves it be" in p.read_text() for p in logs
+    ):
+        time.sleep(0.5)
+    for log in logs:
+        assert "is running in job" in log.read_text(), log.read_text()
+    assert collect(root).counts == {"RUNNING": 2}  # the second array took nothing over
+    final = wait_sweep(root, timeout=120)
+    assert final["counts"] == {"COMPLETED": 2}
+    for trial in final["trials"]:
+        status = json.loads((Path(root) / "trials" / trial["id"] / "status.json").read_text())
+        assert [(a["state"], a["array_job_id"]) for a in status["attempts"]] == [
+            ("COMPLETED", first)
+        ]
+
+
 def test_a_sweep_larger_than_max_job_count_is_refused_before_expanding(slurm_cluster, tmp_path):
     limit = int(slurm_cluster.config()["MaxJobCount"])
     spec = tmp_path / "big.yaml"

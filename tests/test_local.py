@@ -198,7 +198,7 @@ def test_cancel_never_signals_a_process_that_is_not_ours(tmp_path):
     import signal
     import subprocess
 
-    from slurmkit.backends.local import identity
+    from slurmkit.core.pids import identity
 
     _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")
     root = result["sweep_dir"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .. import store
 from ..core.arrays import compress, expand_array_spec
 from ..core.layout import SweepDir
+from ..core.pids import identity, running
 from ..errors import UserError
 from ..runtime.trial import TrialRun
 from .base import Backend, LiveTask, Progress, Stopped, Submission
@@ -93,50 +93,6 @@ class LocalBackend(Backend):
         return [Stopped(self.cancel_key, pid, f"local pid {pid}") for pid in pids]
 
 
-def identity(pid: int) -> dict[str, Any]:
-    """What tells this process apart from a later one with the same pid: its host, the host's
-    boot, and its start time (clock ticks since boot, /proc/PID/stat field 22)."""
-    return {
-        "pid": pid,
-        "host": socket.gethostname(),
-        "boot_id": _boot_id(),
-        "pid_start": _stat(pid)[1],
-    }
-
-
-def running(record: dict[str, Any]) -> int | None:
-    """The pid of a submission record's process when that very process still runs here: the
-    same host, boot and start time, not a zombie. A record without them (older slurmkit), a
-    pid of 1 or less, or a pid reused by another process gives None: never signal those."""
-    pid = record.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
-        return None
-    if (record.get("host"), record.get("boot_id")) != (socket.gethostname(), _boot_id()):
-        return None
-    state, start = _stat(pid)
-    if state in (None, "Z", "X") or start is None or start != record.get("pid_start"):
-        return None
-    return pid
-
-
-def _stat(pid: int) -> tuple[str | None, int | None]:
-    """A process's state letter and start time, from /proc/PID/stat; (None, None) if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None, None
-
-
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def default_parallel() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -166,6 +122,12 @@ def run(
         with lock:
             running[index] = trial
         try:
+            holder = trial.claim(wait=1.0)  # a dead holder of this host is broken at once
+            if holder is not None:
+                raise UserError.failure(
+                    f"trial {trial.id} is running elsewhere, in {holder}",
+                    hint="wait for it to end, or cancel it, then resume",
+                )
             if trial.already_completed():
                 return 0
             trial.start()
@@ -173,6 +135,7 @@ def run(
                 trial.terminate()
             return trial.wait()
         finally:
+            trial.release()
             with lock:
                 running.pop(index, None)
             if on_done is not None and not stop.is_set():

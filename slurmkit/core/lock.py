@@ -7,6 +7,8 @@ lock. The holder refreshes the file's modification time (its heartbeat) every fe
 pid cannot be checked from another node, so a lock whose heartbeat is older than
 ``stale_after`` seconds is stale: a waiter renames it away (only one rename of a file can
 succeed), checks that it moved the stale lock and not a fresh one, deletes it and tries again.
+A holder known to be dead is broken the same way at once: a process of this host that runs no
+more (:func:`slurmkit.core.pids.gone`), or one the caller's ``dead`` test names.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from . import pids
 
 LOCK_NAME = ".slurmkit.lock"
 STALE_AFTER = 60.0  # seconds without a heartbeat
@@ -69,14 +73,22 @@ class Lock:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
-    def acquire(self, purpose: str, wait: float = 10.0) -> None:
+    def acquire(
+        self,
+        purpose: str,
+        wait: float = 10.0,
+        *,
+        about: dict[str, Any] | None = None,
+        dead: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         """Take the lock, waiting up to ``wait`` seconds for its holder (and breaking a stale
-        lock); LockBusy when it is still held then."""
+        lock, or one whose holder is dead); LockBusy when it is still held then. ``about`` goes
+        into the lock file for others to read; ``dead(holder)`` says a holder is surely gone."""
         self.token = os.urandom(8).hex()
         holder = {
+            **(about or {}),
+            **pids.identity(os.getpid()),
             "purpose": purpose,
-            "host": os.uname().nodename,  # what socket.gethostname() says, without socket (~2 ms)
-            "pid": os.getpid(),
             "time": time.time(),
             "token": self.token,
         }
@@ -94,7 +106,10 @@ class Lock:
                     pass
                 found = read(self.path)
                 if found is not None and found[1] > self.stale_after:
-                    self._break_stale(found[0].get("token"))
+                    self._break(found[0].get("token"), stale=True)
+                    continue
+                if found is not None and (pids.gone(found[0]) or (dead and dead(found[0]))):
+                    self._break(found[0].get("token"), stale=False)
                     continue
                 if time.monotonic() >= deadline:
                     holder_now, age = found if found is not None else ({}, 0.0)
@@ -136,17 +151,19 @@ class Lock:
             with contextlib.suppress(OSError):  # a passing NFS error: beat again next time
                 os.utime(self.path)
 
-    def _break_stale(self, token: str | None) -> None:
-        """Move the stale lock (the one holding ``token``) aside and delete it. What was moved
-        may be another lock by then (a waiter broke the stale one and took it): that one goes
-        back, and this waiter waits for it."""
+    def _break(self, token: str | None, *, stale: bool) -> None:
+        """Move the stale or dead holder's lock (the one holding ``token``) aside and delete it.
+        What was moved may be another lock by then (a waiter broke that one and took it): that
+        one goes back, and this waiter waits for it."""
         aside = f"{self.path}.stale-{os.urandom(4).hex()}"
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:
             return  # another waiter moved it first
         found = read(aside)
-        if found is not None and (found[0].get("token") != token or found[1] <= self.stale_after):
+        if found is not None and (
+            found[0].get("token") != token or (stale and found[1] <= self.stale_after)
+        ):
             try:
                 os.link(aside, self.path)  # not the stale one: it goes back
             except FileExistsError:

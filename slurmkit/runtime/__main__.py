@@ -2,7 +2,8 @@
 
 Exit codes: 0 = COMPLETED; REQUEUE_EXIT (75) = checkpointed, requeue me (the batch shell
 runs ``scontrol requeue``); otherwise the trial command's own code, 128+N when it died of
-signal N; 2 when the task cannot find its trial.
+signal N; 2 when the task cannot find its trial; 0 as well when another live job runs this
+trial (it holds the trial's claim): this task leaves it be.
 """
 
 from __future__ import annotations
@@ -32,14 +33,24 @@ def _task(args: argparse.Namespace) -> int:
     except (OSError, LookupError, ValueError) as exc:  # ValueError: a damaged file
         print(f"slurmkit.runtime: {exc}", file=sys.stderr)
         return 2
-    if run.already_completed():
-        print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
+    holder = run.claim()
+    if holder is not None:
+        print(
+            f"slurmkit.runtime: trial {run.id} is running in {holder}; this task leaves it be",
+            file=sys.stderr,
+        )
         return 0
-    stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.requeue_signal)}
-    for signum in stop_signals:
-        signal.signal(signum, lambda s, _f: run.terminate(s))
-    run.start()
-    return run.wait()
+    try:
+        if run.already_completed():
+            print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
+            return 0
+        stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.requeue_signal)}
+        for signum in stop_signals:
+            signal.signal(signum, lambda s, _f: run.terminate(s))
+        run.start()
+        return run.wait()
+    finally:
+        run.release()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,10 +23,11 @@ import sys
 import time
 from typing import Any
 
-from ..core import placeholders, states
+from ..core import pids, placeholders, states
 from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.layout import SweepDir
+from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
 from . import requeue
@@ -37,6 +38,9 @@ _SLURM_KEYS = {
     "array_task_id": "SLURM_ARRAY_TASK_ID",
     "restart_count": "SLURM_RESTART_COUNT",
 }
+# How long a task waits for the claim of its trial: a holder that died (its node with it) stops
+# its heartbeat, and its claim is stale after STALE_AFTER.
+CLAIM_WAIT = STALE_AFTER + 2 * HEARTBEAT
 
 
 def param_args(params: dict[str, Any], style: str) -> list[str]:
@@ -91,6 +95,38 @@ class TrialRun:
         self.policy: dict[str, Any] = self.config.get("requeue") or {"enabled": False}
         self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
         self.requeue_signal: str = self.policy.get("signal", "USR2")
+        self._claim = Lock(self.dir)
+
+    def claim(self, wait: float | None = None) -> str | None:
+        """Take the trial's claim: one live run per trial, whatever submitted it twice. None
+        when taken; otherwise who holds it, after waiting up to ``wait`` s for it to go stale
+        (default: ``SLURMKIT_CLAIM_WAIT`` or CLAIM_WAIT). A claim of this same Slurm job is an
+        earlier run of it that died: broken at once."""
+        if wait is None:
+            wait = float(os.environ.get("SLURMKIT_CLAIM_WAIT") or CLAIM_WAIT)
+        job = None if self.own_group else os.environ.get("SLURM_JOB_ID")
+        os.makedirs(self.dir, exist_ok=True)
+        about = {"job_id": job} if job else None
+
+        def dead(holder: dict[str, Any]) -> bool:
+            return bool(job) and holder.get("job_id") == job
+
+        try:
+            try:
+                self._claim.acquire("trial", 0, about=about, dead=dead)
+            except LockBusy as busy:
+                if pids.running(busy.holder) is not None:
+                    raise  # it runs on this host: waiting for it to go stale is no use
+                self._claim.acquire("trial", wait, about=about, dead=dead)
+        except LockBusy as busy:
+            held = busy.holder
+            where = f"pid {held.get('pid', '?')} on {held.get('host', '?')}"
+            return f"job {held['job_id']} ({where})" if held.get("job_id") else where
+        return None
+
+    def release(self) -> None:
+        """Let go of the trial's claim (when it was taken)."""
+        self._claim.release()
 
     def already_completed(self) -> bool:
         return self._read_status().get("state") == states.COMPLETED
