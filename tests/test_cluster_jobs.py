@@ -114,3 +114,49 @@ def test_run_time_values_reach_every_task_of_a_two_node_step(slurm_cluster, tmp_
     assert len(seen) == 2
     for job, scr, libs in seen:
         assert scr == f"/scratch/{job}/0-{{x}}" and libs == "/opt/a:/opt/b:/base/lib"
+
+
+def test_a_container_that_cannot_start_fails_at_once_not_under_the_error_budget(
+    slurm_cluster, tmp_path
+):
+    """The test cluster has no pyxis, so `slurmkit sweep` refuses a container spec; the script
+    it renders, submitted by hand with plain sbatch, meets the real srun's refusal of
+    --container-image: cause `container`, one attempt, although the `error` budget is 2."""
+    import os
+    import subprocess
+    import time
+
+    from conftest import run_cli
+
+    spec = tmp_path / "c.yaml"
+    spec.write_text(
+        "name: c\noutput_root: runs\ncommand: [/bin/true]\nargs: none\nparams: {a: [1]}\n"
+        "container: {image: 'nvcr.io#nvidia/pytorch:24.01-py3'}\nrequeue: {budgets: {error: 2}}\n"
+    )
+    refused = run_cli("sweep", str(spec), "--backend", "slurm", cwd=tmp_path)
+    assert refused.returncode == 2 and "this cluster has no pyxis" in refused.stderr
+    script = run_cli("sweep", str(spec), "--dry-run", "--plain", cwd=tmp_path)
+    assert script.returncode == 0, script.stderr
+    (tmp_path / "c.sbatch").write_text(script.stdout)
+    job = subprocess.run(
+        ["sbatch", "--parsable", "c.sbatch"],
+        cwd=tmp_path,
+        env={**os.environ, "SLURMKIT_PYTHON": str(ROOT / ".venv" / "bin" / "python")},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    root = tmp_path / "runs" / "c" / f"sbatch-{job}"
+    end = time.time() + 60
+    while not (root / "trials.jsonl").exists() and time.time() < end:
+        time.sleep(0.5)
+    final = wait_sweep(str(root), timeout=120)
+    assert final["counts"] == {"FAILED": 1}
+    tid = final["trials"][0]["id"]
+    status = json.loads((root / "trials" / tid / "status.json").read_text())
+    assert (status["cause"], len(status["attempts"])) == ("container", 1)
+    assert status["reason"] == "its container did not start (see its output.log)"
+    assert (
+        "unrecognized option '--container-image"
+        in (root / "trials" / tid / "output.log").read_text()
+    )

@@ -78,6 +78,7 @@ def test_requeue_can_be_switched_off_and_tuned(spec_file):
         "preemption": None,
         "timeout": 1,
         "node_failure": 3,
+        "container": 0,
         "error": 0,
     }
 

@@ -3,6 +3,7 @@ cover the branches a cluster cannot produce on demand (e.g. scontrol answering n
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 
 import pytest
@@ -203,3 +204,82 @@ def test_a_time_limit_requeues_only_a_trial_that_asked_for_it():
     assert out.state == "REQUEUED"
     out = requeue.decide(143, "preemption", True, [], BUDGETS)  # not the trial's doing
     assert out.state == "REQUEUED"
+
+
+# What pyxis 0.2x and srun print when a task's container does not start (message texts as in
+# pyxis's pyxis_slurmstepd.c and Slurm's srun; the prefixes as slurmstepd and `srun -l` add them).
+CONTAINER_DID_NOT_START = [
+    "slurmstepd: error: pyxis: couldn't start container",
+    "0: slurmstepd: error: pyxis: container start failed with error code: 1",
+    "slurmstepd: error: pyxis: failed to import docker image",
+    "slurmstepd: error: pyxis: failed to create container filesystem",
+    "slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1",
+    "srun: unrecognized option '--container-image=nvcr.io#nvidia/pytorch:24.01-py3'",
+]
+CONTAINER_STARTED = [
+    "pyxis: importing docker image: nvcr.io#nvidia/pytorch:24.01-py3",
+    "pyxis: creating container filesystem: pyxis_42.0",
+    "pyxis: starting container ...",
+    "RuntimeError: couldn't start container-side dataloader",  # the trial's own words
+    "srun: error: n3: task 0: Exited with exit code 1",
+]
+
+
+@pytest.mark.parametrize("line", CONTAINER_DID_NOT_START)
+def test_a_container_that_did_not_start_is_told_apart(line):
+    assert requeue.container_failed(f"=== slurmkit: trial ===\n{line}\nsrun: error: x\n")
+
+
+@pytest.mark.parametrize("line", CONTAINER_STARTED)
+def test_a_container_that_started_is_not_blamed(line):
+    assert not requeue.container_failed(line)
+
+
+def test_container_is_a_cause_of_its_own_with_no_requeue_by_default():
+    budgets = {**BUDGETS, "container": 0, "error": 5}
+    out = requeue.decide(1, "container", False, [], budgets)
+    assert (out.state, out.code, out.cause) == ("FAILED", 1, "container")
+    assert out.reason == "its container did not start (see its output.log)"
+    out = requeue.decide(1, "container", False, [], {**budgets, "container": 1})
+    assert (out.state, out.code, out.cause) == ("REQUEUED", REQUEUE_EXIT, "container")
+    out = requeue.decide(1, None, False, [{"cause": "container"}], {**budgets, "container": 1})
+    assert (out.state, out.cause) == ("REQUEUED", "error")  # the error budget is its own
+
+
+@pytest.mark.parametrize("requeue_on", [True, False])
+def test_a_trial_whose_container_did_not_start_fails_at_once(
+    tmp_path, spec_file, monkeypatch, requeue_on
+):
+    """The step printed pyxis's failure and exited 1: FAILED with cause `container`, not
+    requeued under the `error` budget (3 here). Without the container block it is an error."""
+    from slurmkit.core.fsutil import read_json
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    sweep, tid = _sweep_with_vanished_attempt(tmp_path, spec_file, budget=1)
+    os.unlink(sweep.status(tid))
+    config = read_json(sweep.sweep_json)
+    say = f'echo "{CONTAINER_DID_NOT_START[0]}" >&2; exit 1'
+    config.update(
+        command=["sh", "-c", say],
+        container={"image": "nvcr.io#nvidia/pytorch:24.01-py3"},
+        requeue={"enabled": requeue_on, "budgets": {**BUDGETS, "error": 3, "container": 0}},
+    )
+    for container, cause, code in ((True, "container", 1), (False, "error", REQUEUE_EXIT)):
+        if not container:
+            config.pop("container")
+            os.unlink(sweep.status(tid))
+        run = TrialRun(sweep, 0, config=config, under_slurm=True)
+        run.start()
+        got = run.wait()
+        status = read_json(sweep.status(tid))
+        if requeue_on:
+            assert (got, status["state"], status["cause"]) == (
+                code,
+                "FAILED" if container else "REQUEUED",
+                cause,
+            )
+        elif container:
+            assert (got, status["state"], status["cause"]) == (1, "FAILED", "container")
+        else:
+            assert (got, status["state"], status.get("cause")) == (1, "FAILED", None)

@@ -1,7 +1,8 @@
 """Requeue decisions: why an attempt stopped, and whether its cause still has budget.
 
 Causes: ``preemption`` (incl. an external requeue or ``scancel --signal``), ``timeout``,
-``node_failure`` (an attempt that vanished without a word), ``error`` (non-zero exit).
+``node_failure`` (an attempt that vanished without a word), ``container`` (its container did
+not start: see :func:`container_failed`), ``error`` (non-zero exit).
 A user's ``scancel`` is no cause: the trial ends CANCELLED.
 """
 
@@ -20,6 +21,15 @@ from ..core.contract import CANCELLED_EXIT, REQUEUE_EXIT
 
 # What classify() looked at, kept in each attempt's record.
 EVIDENCE = ("JobState", "Reason", "Restarts", "NodeState", "PreemptTime", "EndTime", "RunTime")
+# What pyxis (and srun without pyxis) print when a task's container cannot start: an image that
+# cannot be imported, a filesystem that cannot be created, enroot failing to start it (a missing
+# mount source, a broken hook), the SPANK plugin failing the task; the messages of pyxis 0.2x.
+CONTAINER_FAILED = re.compile(
+    r"pyxis: (?:couldn't start container|container start failed|failed to import docker image"
+    r"|failed to create container filesystem)"
+    r"|spank: required plugin \S*pyxis\S*: \w+\(\) failed"
+    r"|srun: unrecognized option '--container-"
+)
 # The time-limit signal comes `lead` seconds before the limit, give or take Slurm's 30 s checks.
 TIMEOUT_SLACK = 90
 
@@ -107,6 +117,11 @@ def classify(
     return None if info else "preemption"
 
 
+def container_failed(output: str) -> bool:
+    """Whether an attempt's output (what srun printed) says that its container did not start."""
+    return CONTAINER_FAILED.search(output) is not None
+
+
 def requeued_by_slurm(info: dict[str, str], restarts: int) -> bool:
     """Slurm has requeued the job itself since this attempt started (Restarts raised)."""
     try:
@@ -130,9 +145,10 @@ def decide(
     """The outcome of an attempt that exited with ``code``.
 
     ``signalled``: the runtime forwarded a stop signal; ``cause`` is then :func:`classify`'s
-    answer. ``attempts`` are the earlier ones (not this one). A time limit requeues only a
-    trial that asked for it (exit 75, after checkpointing); preemption and node failures
-    requeue any trial (they are not its doing).
+    answer (otherwise ``container`` or None: an exit of its own, an ``error``). ``attempts``
+    are the earlier ones (not this one). A time limit requeues only a trial that asked for it
+    (exit 75, after checkpointing); preemption and node failures requeue any trial (they are
+    not its doing).
     """
     if code == 0:
         return Outcome(states.COMPLETED, 0)
@@ -153,7 +169,7 @@ def decide(
                 f"timed out without asking for a requeue (exit {code}): not requeued",
             )
     else:
-        cause = "error"
+        cause = cause or "error"  # "container" when its container did not start
     budget = budgets.get(cause)
     spent = used(attempts, cause)
     if budget is None or spent < budget:
@@ -163,9 +179,8 @@ def decide(
             cause,
             f"{cause}: requeue {spent + 1} of {'unlimited' if budget is None else budget}",
         )
-    reason = (
-        ""
-        if cause == "error" and not budget
-        else f"{cause} budget exhausted ({budget} requeue{'s' if budget != 1 else ''})"
-    )
+    if not budget and cause in ("error", "container"):
+        reason = "" if cause == "error" else "its container did not start (see its output.log)"
+    else:
+        reason = f"{cause} budget exhausted ({budget} requeue{'s' if budget != 1 else ''})"
     return Outcome(states.FAILED, code if code != REQUEUE_EXIT else 1, cause, reason)

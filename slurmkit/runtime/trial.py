@@ -96,6 +96,7 @@ class TrialRun:
         self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
         self.requeue_signal: str = self.policy.get("signal", "USR2")
         self._claim = Lock(self.dir)
+        self.log_start = 0  # where this attempt's output begins in output.log
 
     def claim(self, wait: float | None = None) -> str | None:
         """Take the trial's claim: one live run per trial, whatever submitted it twice. None
@@ -218,6 +219,7 @@ class TrialRun:
             )
             log.write(header.encode())
             log.flush()
+            self.log_start = log.tell()
             try:
                 self.proc = subprocess.Popen(
                     argv,
@@ -269,8 +271,14 @@ class TrialRun:
     def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
         by_slurm = False  # Slurm requeued the job itself: the batch shell must not again
+        no_start = bool(
+            code
+            and not self.signals
+            and self.config.get("container")
+            and requeue.container_failed(self._output_tail())
+        )
         if self.on_slurm:
-            cause = None
+            cause = "container" if no_start else None
             if self.signals:
                 info = self.job if self.job is not None else self._job_info()
                 attempt["slurm"] = {k: info[k] for k in requeue.EVIDENCE if k in info}
@@ -292,6 +300,8 @@ class TrialRun:
             )
         elif code == 0:
             outcome = requeue.Outcome(states.COMPLETED, 0)
+        elif no_start:
+            outcome = requeue.decide(code, "container", False, [], {"container": 0})
         else:
             outcome = requeue.Outcome(states.TERMINATED if self.signals else states.FAILED, code)
         attempt.update(state=outcome.state, exit_code=code, end=time.time())
@@ -303,6 +313,16 @@ class TrialRun:
         if by_slurm and outcome.code == REQUEUE_EXIT:
             return ALREADY_REQUEUED
         return outcome.code
+
+    def _output_tail(self, size: int = 64 * 1024) -> str:
+        """The end of this attempt's output (what srun and pyxis printed last)."""
+        try:
+            with open(self.sweep.output(self.id), "rb") as log:
+                end = log.seek(0, os.SEEK_END)
+                log.seek(max(self.log_start, end - size))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _record(self, state: str, code: int | None, **extra: Any) -> None:
         self.status.update(state=state, exit_code=code, updated=time.time(), **extra)

@@ -54,7 +54,7 @@ SRUN_OPTIONS: dict[str, type] = {
     "gpus_per_task": int,
 }
 REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
-CAUSES = ("preemption", "timeout", "node_failure", "error")
+CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
 RESOURCE_KEYS = (
@@ -135,7 +135,13 @@ class Requeue:
     signal: str = "USR2"
     lead: int = 120
     budgets: dict[str, int | None] = field(
-        default_factory=lambda: {"preemption": None, "timeout": 3, "node_failure": 3, "error": 0}
+        default_factory=lambda: {
+            "preemption": None,
+            "timeout": 3,
+            "node_failure": 3,
+            "container": 0,
+            "error": 0,
+        }
     )
 
 
