@@ -6,6 +6,7 @@ Every query is ONE call for the whole sweep, whatever its size.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
@@ -16,6 +17,7 @@ from ..core import states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..errors import SchedulerError, UserError
 from .base import Backend, LiveTask, Probe, Progress, Stopped, Submission, TaskState
+from .submit_limits import Limit, limit
 
 if TYPE_CHECKING:
     from ..core.layout import SweepDir
@@ -42,8 +44,23 @@ class SlurmBackend(Backend):
     def probe(cls, timeout: float) -> _ConfigProbe:
         return _ConfigProbe(start_config(timeout))
 
+    def __init__(self, *, accounting: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.accounting = accounting  # slurmdbd keeps accounting: submit limits can be asked
+
     def check(self, spec: SweepSpec, trials: int) -> None:
         super().check(spec, trials)
+        room = headroom(spec.resources.account, spec.resources.qos) if self.accounting else None
+        if room is not None and room[1] + trials > room[0].jobs:
+            lim, queued = room
+            raise UserError(
+                f"{trials} trials do not fit: you may have at most {lim.jobs} jobs queued "
+                f"({lim.source}) and have {queued} already",
+                file=spec.source,
+                key="params",
+                hint="split the search space over several sweeps, wait for running ones, or "
+                "ask the admins (every array task is a job)",
+            )
         if spec.container is not None and not has_pyxis():
             raise UserError(
                 "this cluster has no pyxis: srun does not know --container-image",
@@ -152,7 +169,11 @@ class _ConfigProbe(Probe):
 
     def result(self) -> SlurmBackend:
         config = read_config(self.command)
-        return SlurmBackend(max_array_size=max_array_size(config), max_jobs=max_job_count(config))
+        return SlurmBackend(
+            max_array_size=max_array_size(config),
+            max_jobs=max_job_count(config),
+            accounting="slurmdbd" in config.get("AccountingStorageType", ""),
+        )
 
     def cancel(self) -> None:
         self.command.kill()
@@ -248,6 +269,30 @@ def max_job_count(cfg: dict[str, str]) -> int | None:
         return int(cfg["MaxJobCount"])
     except (KeyError, ValueError):
         return None
+
+
+def headroom(account: str | None, qos: str | None) -> tuple[Limit, int] | None:
+    """The user's tightest submit limit (association or QOS MaxSubmitJobs) and how many jobs
+    they have queued now; None when none applies or accounting does not answer (the sweep is
+    then not held back: Slurm itself still refuses what is over a limit)."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    assoc = "format=Account,Partition,MaxSubmit,DefaultQOS"
+    asks = [
+        Command(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}", assoc], 30),
+        Command(["sacctmgr", "-nP", "show", "qos", "format=Name,MaxSubmitPU"], 30),
+        Command(["sacctmgr", "-nP", "show", "user", user, "format=DefaultAccount"], 30),
+    ]
+    try:
+        answers = [ask.wait() for ask in asks]
+    except SchedulerError:
+        return None
+    if any(a.returncode != 0 for a in answers):
+        return None
+    found = limit(answers[0].stdout, answers[1].stdout, answers[2].stdout, account, qos)
+    if found is None:
+        return None
+    queued = _run(["squeue", "-h", "-r", "-u", user, "-o", "%i"], timeout=30)
+    return (found, len(queued.stdout.split())) if queued.returncode == 0 else None
 
 
 def has_pyxis() -> bool:
