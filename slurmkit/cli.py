@@ -472,7 +472,9 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
     help='Print rows as JSON (NaN, infinities: "NaN", "Infinity", "-Infinity").',
 )
 @click.option("--csv", "as_csv", is_flag=True, help="Print rows as CSV.")
-@click.option("--limit", type=int, default=None, help="Show at most this many rows.")
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=None, help="Show at most this many rows."
+)
 @_guard
 def results(
     sweep_dir: str, sort_key: str | None, desc: bool, as_json: bool, as_csv: bool, limit: int | None
@@ -490,6 +492,8 @@ def results(
     """
     from .steer import results_table  # steer: status and the sweep directory
 
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv: give one of them")
     rows, columns, warnings = results_table(sweep_dir, sort_key, desc)
     _warn(warnings)
     rows = rows[:limit] if limit is not None else rows
@@ -572,7 +576,13 @@ def unlock(sweep_dir: str, as_json: bool) -> None:
     if as_json:
         _emit_json({"sweep_dir": sweep_dir, "holder": holder})
     else:
-        click.echo(f"unlocked: it was held for {describe(holder)}" if holder else "not locked")
+        if holder is None:
+            text = "not locked"
+        elif holder:
+            text = f"unlocked: it was held for {describe(holder)}"
+        else:  # a damaged lock file names nobody
+            text = "unlocked: its lock file was damaged (it named no holder)"
+        click.echo(text)
 
 
 @main.command()

@@ -11,7 +11,7 @@ from typing import Any
 from . import backends, store
 from .backends.base import Stopped
 from .core import lock, states
-from .core.fsutil import Damaged, read_record
+from .core.fsutil import Damaged
 from .core.layout import SweepDir
 from .errors import UserError
 from .sweepstate import collect
@@ -96,7 +96,9 @@ def find_trial(root: str, ref: str) -> dict[str, Any]:
     raise UserError(
         f"{'several trials match' if matches else 'no trial matches'} {ref!r}",
         key="TRIAL",
-        hint=f"an index 0..{len(rows) - 1} or a unique id prefix",
+        hint=f"an index 0..{len(rows) - 1} or a unique id prefix"
+        if rows
+        else f"{sweep.manifest} lists no trials",
     )
 
 
@@ -107,13 +109,15 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
     if not slurm_log:
         return sweep.output(row["id"])
     try:
-        attempts = (read_record(sweep.status(row["id"]), default={}) or {}).get("attempts", [])
+        attempts = (store.load_record(sweep.status(row["id"]), default={}) or {}).get(
+            "attempts", []
+        )
     except Damaged as exc:
         raise UserError(f"{exc}", hint="`slurmkit logs` without --slurm shows its output") from None
     for attempt in reversed(attempts if isinstance(attempts, list) else []):
         if not isinstance(attempt, dict):
             continue
-        if "array_job_id" in attempt:
+        if "array_job_id" in attempt and "array_task_id" in attempt:
             return _slurm_log(sweep, attempt["array_job_id"], attempt["array_task_id"])
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
 
@@ -126,7 +130,9 @@ def _slurm_log(sweep: SweepDir, array: str, task: str) -> str:
         for job in record.get("jobs", []):
             if job.get("job_id") == array and job.get("script") is None:
                 config = store.config(sweep, warnings=[])
-                submit_dir = config.get("submit_dir") or os.path.dirname(sweep.root)
+                submit_dir = config.get("submit_dir")
+                if not isinstance(submit_dir, str) or not submit_dir:
+                    submit_dir = os.path.dirname(sweep.root)
                 return os.path.join(submit_dir, f"{config.get('name', '')}-{array}_{task}.out")
     return os.path.join(sweep.logs, f"{array}_{task}.out")
 
@@ -139,7 +145,7 @@ def trial_ended(root: str, ref: str) -> Callable[[], bool]:
 
     def ended() -> bool:
         try:
-            status = read_record(path, default={}) or {}
+            status = store.load_record(path, default={}) or {}
         except Damaged:
             return True
         return status.get("state") in states.FINAL

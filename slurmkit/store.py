@@ -16,6 +16,7 @@ from .core.lock import Lock, LockBusy
 from .errors import Busy, UserError
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a directory name, never '..' or '/'
+_ARRAY = re.compile(r"^\d+(-\d+)?(:[1-9]\d*)?(,\d+(-\d+)?(:[1-9]\d*)?)*(%\d+)?$")  # 0-9,12%4
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -140,7 +141,9 @@ def open_sweep(root: str) -> SweepDir:
     """A sweep directory that exists, or a UserError."""
     sweep = SweepDir(os.path.abspath(root))
     if not sweep.exists():
-        raise UserError(f"{root} is not a sweep directory (no trials.jsonl / sweep.json)")
+        raise UserError(
+            f"{root or repr(root)} is not a sweep directory (no trials.jsonl / sweep.json)"
+        )
     return sweep
 
 
@@ -185,14 +188,15 @@ def _submission_path(sweep: SweepDir, number: int) -> str:
 
 def submissions(sweep: SweepDir, warnings: list[str] | None = None) -> list[dict[str, Any]]:
     """All submissions, oldest first; a damaged record is left out (and said in ``warnings``)."""
-    try:
-        names = sorted(n for n in os.listdir(sweep.submissions) if n.endswith(".json"))
-    except FileNotFoundError:
-        return []
+    names = sorted(n for n in _entries(sweep.submissions) if n.endswith(".json"))
     out = []
     for name in names:
+        path = os.path.join(sweep.submissions, name)
         try:
-            record = read_record(os.path.join(sweep.submissions, name))
+            record = load_record(path)
+            why = _malformed(record) if record is not None else None
+            if why:
+                raise Damaged(path, why)
         except Damaged as exc:
             _warn(warnings, f"{exc}: its jobs are not shown or cancelled")
             continue
@@ -206,15 +210,12 @@ def read_statuses(
 ) -> dict[str, dict[str, Any] | None]:
     """``{trial_id: status}`` for the trials that have started (one directory listing first);
     ``None`` for a damaged status file (said in ``warnings``)."""
-    try:
-        started = set(os.listdir(sweep.trials))
-    except FileNotFoundError:
-        return {}
+    started = set(_entries(sweep.trials))
     wanted = started if ids is None else started.intersection(ids)
     out: dict[str, dict[str, Any] | None] = {}
     for tid in wanted:
         try:
-            status = read_record(sweep.status(tid))
+            status = load_record(sweep.status(tid))
             attempts = status.get("attempts", []) if status is not None else []
             if not isinstance(attempts, list) or not all(isinstance(a, dict) for a in attempts):
                 raise Damaged(sweep.status(tid), "its attempts are not a list of records")
@@ -278,7 +279,10 @@ def config(sweep: SweepDir, warnings: list[str] | None = None) -> dict[str, Any]
     """``sweep.json``; with ``warnings``, a damaged one reads as ``{}`` (and is said there),
     without, it is a UserError (a resume cannot go on without it)."""
     try:
-        return read_record(sweep.sweep_json, default={})
+        data = load_record(sweep.sweep_json, default={})
+        if warnings is None:  # a resume: it needs where the sweep was made, and how it launches
+            _check_launch(sweep.sweep_json, data)
+        return data
     except Damaged as exc:
         if warnings is None:
             raise UserError(
@@ -293,10 +297,66 @@ def config(sweep: SweepDir, warnings: list[str] | None = None) -> dict[str, Any]
 def metrics(sweep: SweepDir, trial_id: str, warnings: list[str] | None = None) -> dict[str, Any]:
     """A trial's latest metrics (``{}`` when none, or damaged: said in ``warnings``)."""
     try:
-        return read_record(sweep.metrics(trial_id), default={})
+        return load_record(sweep.metrics(trial_id), default={})
     except Damaged as exc:
         _warn(warnings, f"{exc}: its metrics are not shown")
         return {}
+
+
+def load_record(path: str, default: Any = None) -> Any:
+    """:func:`~.core.fsutil.read_record`; a directory where the file should be, or a file where
+    a directory on its way should be, is a damaged file too."""
+    try:
+        return read_record(path, default)
+    except (IsADirectoryError, NotADirectoryError) as exc:
+        raise Damaged(path, f"cannot be read ({exc.strerror})") from None
+
+
+def _entries(directory: str) -> list[str]:
+    """The names in one of the sweep directory's folders (none when it is missing); a
+    UserError when a file stands in its place."""
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise UserError(
+            f"{directory} is not a directory",
+            hint="slurmkit keeps a directory there: move the file away, then run it again",
+        ) from None
+
+
+def _malformed(record: dict[str, Any]) -> str | None:
+    """Why a submission record cannot be what a backend wrote (None: it can): the fields the
+    backends read (``backend``, local ``indices``, Slurm ``jobs``) have other types."""
+    if not isinstance(record.get("backend", ""), str):
+        return "its backend is not a name"
+    indices = record.get("indices")
+    if indices and not (isinstance(indices, str) and _ARRAY.match(indices)):
+        return f"its indices {indices!r} are not an array spec"
+    jobs = record.get("jobs", [])
+    if not isinstance(jobs, list) or not all(
+        isinstance(job, dict)
+        and isinstance(job.get("job_id"), str)
+        and type(job.get("offset")) is int
+        and isinstance(job.get("array"), str)
+        and _ARRAY.match(job["array"])
+        for job in jobs
+    ):
+        return "its jobs are not a list of {job_id, offset, array} records"
+    return None
+
+
+def _check_launch(path: str, config: dict[str, Any]) -> None:
+    """Damaged when ``sweep.json`` lacks what a resume reads besides the spec: ``submit_dir``
+    and ``launch`` (argv lists)."""
+    launch = config.get("launch") or {}
+    if not isinstance(config.get("submit_dir"), str):
+        raise Damaged(path, "its submit_dir is not a path")
+    if not isinstance(launch, dict) or not all(
+        isinstance(v, list) and all(isinstance(a, str) for a in v) for v in launch.values()
+    ):
+        raise Damaged(path, "its launch is not a mapping of argument lists")
 
 
 def _warn(warnings: list[str] | None, text: str) -> None:

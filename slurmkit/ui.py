@@ -153,10 +153,10 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
             str(t.index),
             Text(t.id),
             Text(t.state, STYLE.get(t.state, "")),
-            Text(why or ""),
+            Text(str(why or "")),  # str(): a hand-edited status.json may hold any JSON
             "" if t.exit_code is None else str(t.exit_code),
             str(t.attempts),
-            Text(t.host or ""),
+            Text(str(t.host or "")),
             Text(t.job or ""),
             Text(params if PIPED else _short(params, 80)),
         )
