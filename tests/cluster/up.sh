@@ -62,12 +62,27 @@ AccountingStoragePass=$MUNGE_SOCKET"
   printf '%s\n' "${t//@ACCOUNTING@/"$acct"}"
 }
 
+render_gres() {
+  printf 'AutoDetect=off\nNodeName=n[1-4] Name=gpu File=%s/dev/gpu[0-3]\n' "$DIR"
+}
+
+# slurmd wants character devices: the harmless ones of /dev/null's driver (null, zero, full,
+# urandom) stand in; task/none puts no device cgroup around them.
+make_fake_gpus() {
+  local i minors=(3 5 7 9)
+  mkdir -p "$DIR/dev"
+  for i in 0 1 2 3; do
+    [[ -c $DIR/dev/gpu$i ]] || { rm -f "$DIR/dev/gpu$i" && mknod -m 0666 "$DIR/dev/gpu$i" c 1 "${minors[i]}"; }
+  done
+}
+
 node_states() { timeout 10 sinfo -h -N -o '%N %t' | sort -u; }
 
 # Every daemon of ours runs and every node is usable (jobs may be running).
 healthy() {
   local d states
   [[ -f $CONF && "$(<"$CONF")" == "$(render_conf)" ]] || return 1
+  [[ -f $DIR/gres.conf && "$(<"$DIR/gres.conf")" == "$(render_gres)" && -f $DIR/mpi.conf ]] || return 1
   pid_of "$MUNGE_PID" munged >/dev/null && pid_of "$RUN/slurmctld.pid" slurmctld >/dev/null || return 1
   for d in "${NODES[@]}"; do pid_of "$RUN/slurmd-$d.pid" slurmd >/dev/null || return 1; done
   if ((ACCT)); then
@@ -91,6 +106,16 @@ install_packages() {
       return
     }
   done
+}
+
+# srun --mpi=pmix: Slurm's pmix plugin dlopens pmix2/lib/libpmix.so, which only Debian's
+# libpmix-dev ships (libpmix2 has the versioned library alone).
+install_pmix() {
+  compgen -G "/usr/lib/*/pmix2/lib/libpmix.so" >/dev/null && return
+  command -v apt-get >/dev/null || cannot "libpmix-dev is missing and there is no apt-get to install it"
+  say "installing libpmix2 libpmix-dev"
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libpmix2 libpmix-dev; } >&2 ||
+    cannot "apt-get install libpmix2 libpmix-dev failed"
 }
 
 start_munge() {
@@ -148,10 +173,13 @@ start_slurmctld() {
 }
 
 # Each slurmd gets its own hostname and an /etc/hosts naming n1..n4 in private namespaces.
+# PMIx's client directories are named by job step only: each node gets its own $DIR/pmix
+# (mpi.conf's PMIxCliTmpDirBase), or two nodes of this one host collide there.
 start_slurmd() {
+  mkdir -p "$DIR/pmix" "$DIR/pmix-$1"
   unshare --uts --mount --propagation private /bin/sh -c \
-    'hostname "$1" && mount --bind "$2" /etc/hosts && exec slurmd -f "$3" -N "$1"' \
-    sh "$1" "$DIR/hosts" "$CONF" </dev/null >>"$DIR/log/slurmd-$1.out" 2>&1 9>&- ||
+    'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$4-$1" "$4" && exec slurmd -f "$3" -N "$1"' \
+    sh "$1" "$DIR/hosts" "$CONF" "$DIR/pmix" </dev/null >>"$DIR/log/slurmd-$1.out" 2>&1 9>&- ||
     { show_logs; say "slurmd $1 failed to start"; exit 1; }
 }
 
@@ -173,6 +201,7 @@ else
   start=${EPOCHREALTIME/./}
   ((EUID == 0)) || cannot "starting the cluster needs root (running as uid $EUID)"
   install_packages
+  install_pmix
   unshare --uts --mount true 2>/dev/null || cannot "unshare --uts --mount is not permitted here"
   "$HERE/down.sh" >&2
   mkdir -p "$RUN" "$DIR/log" "$DIR/state"
@@ -180,6 +209,9 @@ else
   touch "$DIR/.slurmkit-test-cluster"
   for n in "${NODES[@]}"; do mkdir -p "$DIR/spool/slurmd-$n"; done
   render_conf >"$CONF"
+  render_gres >"$DIR/gres.conf"
+  echo "PMIxCliTmpDirBase=$DIR/pmix" >"$DIR/mpi.conf"
+  make_fake_gpus
   { cat /etc/hosts && echo "127.0.0.1 ${NODES[*]} $HOST"; } >"$DIR/hosts"
   start_munge
   ((ACCT)) && start_accounting

@@ -20,6 +20,7 @@ record = {
     "sum": value.item(),
     "host": socket.gethostname(),
     "master": f"{info.master_addr}:{info.master_port}",
+    "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "SLURM_CPUS_PER_TASK")},
 }
 with open(os.path.join(os.environ["SLURMKIT_TRIAL_DIR"], f"rank-{info.rank}.json"), "w") as fh:
     json.dump(record, fh)
