@@ -18,6 +18,7 @@ _LAZY = {
     "submit": ("slurmkit.sweep", "submit"),
     "resume": ("slurmkit.sweep", "resume"),
     "status": ("slurmkit.sweepstate", "collect"),
+    "Sweep": ("slurmkit.handle", "Sweep"),
     "UserError": ("slurmkit.errors", "UserError"),
 }
 

@@ -1,0 +1,169 @@
+"""A sweep as a Python object (``slurmkit.Sweep``): one handle on one sweep directory.
+
+A thin layer over the library the CLI uses (``sweep.submit/resume``, ``sweepstate.collect``,
+``steer``): a sweep started from the CLI can be opened and steered here, and the reverse. The
+sweep directory is the only state; a handle keeps nothing the directory does not say.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import UserError
+
+if TYPE_CHECKING:
+    from .backends.base import Submission
+    from .spec import SweepSpec
+    from .steer import Cancelled
+    from .sweepstate import SweepStatus
+
+DEFAULT_INTERVAL = 10.0  # seconds between two scheduler queries of wait()
+
+
+class Sweep:
+    """A sweep before submission (:meth:`load`) or after (:meth:`open`, :meth:`submit`).
+
+    ::
+
+        sw = slurmkit.Sweep.load("sweeps/lr.yaml", ["params.optim.lr=0.1,0.01"])
+        sw.submit()                       # the same sweep directory as `slurmkit sweep`
+        sw.wait()                         # a progress bar until every trial has ended
+        sw.results(sort="loss")           # one dict per trial: index, id, state, params, metrics
+    """
+
+    def __init__(self, spec: SweepSpec | None = None, sweep_dir: str | None = None) -> None:
+        if spec is None and sweep_dir is None:
+            raise UserError("a Sweep needs a spec or a sweep directory", hint="Sweep.load/open")
+        self.spec = spec
+        self._root = os.path.abspath(sweep_dir) if sweep_dir else None
+        self.submission: Submission | None = None  # what the last submit/resume did
+
+    @classmethod
+    def load(cls, path: str, overrides: Sequence[str] = ()) -> Sweep:
+        """The sweep that ``slurmkit sweep PATH OVERRIDES...`` would submit (nothing is created)."""
+        from .spec import load  # spec: PyYAML and the override parser
+
+        return cls(load(path, overrides))
+
+    @classmethod
+    def open(cls, sweep_dir: str) -> Sweep:
+        """A sweep that was submitted already, from the CLI or from Python."""
+        from . import store
+
+        store.open_sweep(sweep_dir)  # a clear error when it is no sweep directory
+        return cls(sweep_dir=sweep_dir)
+
+    @property
+    def sweep_dir(self) -> str:
+        if self._root is None:
+            raise UserError("this sweep has not been submitted yet", hint="call .submit() first")
+        return self._root
+
+    @property
+    def submitted(self) -> bool:
+        return self._root is not None
+
+    @property
+    def trials(self) -> list[dict[str, Any]]:
+        """Its trials as ``{"index", "id", "params"}``: the manifest once submitted, else what
+        a submit would write."""
+        if self._root is None:
+            import json
+
+            from . import plan  # the expansion of the search space
+
+            assert self.spec is not None
+            return [json.loads(row) for row in plan.expand(self.spec).rows]
+        from . import store
+
+        return [row for row in store.manifest(store.open_sweep(self._root)) if row is not None]
+
+    def submit(
+        self, backend: str = "auto", *, sweep_dir: str | None = None, yes: bool = False
+    ) -> Sweep:
+        """Create the sweep directory and submit every trial (on the local backend, run them
+        here and return when they have ended). Once only: a submitted sweep is resumed."""
+        from . import sweep
+
+        if self._root is not None:
+            raise UserError(
+                f"this sweep was submitted already ({self._root})",
+                hint="call .resume() to run what is left",
+            )
+        assert self.spec is not None
+        self.submission = sweep.submit(self.spec, backend=backend, sweep_dir=sweep_dir, yes=yes)
+        self._root = self.submission.sweep_dir
+        return self
+
+    def resume(self, overrides: Sequence[str] = (), backend: str | None = None) -> Submission:
+        """Submit again what is neither COMPLETED nor queued or running (``overrides`` may
+        change resources, max_parallel and env)."""
+        from . import sweep
+
+        self.submission = sweep.resume(self.sweep_dir, overrides, backend=backend)
+        return self.submission
+
+    def status(self) -> SweepStatus:
+        """Every trial's state, from its status file and one scheduler query."""
+        from .sweepstate import collect
+
+        return collect(self.sweep_dir, with_metrics=True)
+
+    def results(
+        self, sort: str | None = None, desc: bool = False, *, as_frame: bool = False
+    ) -> Any:
+        """One dict per trial (index, id, state, params, metrics), as ``slurmkit results``
+        shows them; with ``as_frame``, a pandas DataFrame of the same rows and columns."""
+        from .steer import results_table
+
+        rows, columns, _damaged = results_table(self.sweep_dir, sort, desc)
+        if not as_frame:
+            return rows
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UserError(
+                "as_frame=True needs pandas", hint="pip install pandas, or use the list of dicts"
+            ) from None
+        return pd.DataFrame(rows, columns=columns)
+
+    def wait(self, progress: bool = True, interval: float = DEFAULT_INTERVAL) -> SweepStatus:
+        """Until every trial has ended (one scheduler query per ``interval`` seconds); with
+        ``progress``, a progress bar (rich draws it in notebooks too)."""
+        from .sweepstate import collect
+        from .sweepstate import wait as until_done
+
+        if not (interval > 0):
+            raise UserError(f"interval must be > 0 seconds, not {interval!r}", key="interval")
+        root = self.sweep_dir
+        if not progress:
+            return until_done(lambda: collect(root), interval)
+        from . import ui  # rich
+
+        return ui.follow(lambda: collect(root), interval)
+
+    def cancel(self) -> Cancelled:
+        """Cancel every queued and running trial (one scancel)."""
+        from .steer import cancel
+
+        return cancel(self.sweep_dir)
+
+    def logs(self, trial: int | str, *, slurm: bool = False) -> str:
+        """A trial's output (``trial``: its index or a prefix of its id); with ``slurm``,
+        Slurm's own log of its latest array task."""
+        from .steer import log_path
+
+        path = log_path(self.sweep_dir, str(trial), slurm)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return ""
+
+    def __repr__(self) -> str:
+        if self._root is None:
+            name = self.spec.name if self.spec is not None else "?"
+            return f"<Sweep {name!r}: not submitted>"
+        return f"<Sweep {self._root}>"
