@@ -36,7 +36,8 @@ class UserError(Exception):
         return error
 
     def __str__(self) -> str:
-        where = ": ".join(str(p) for p in (self.file, self.key) if p)
+        file = "''" if self.file == "" else self.file  # an empty path given is still named
+        where = ": ".join(str(p) for p in (file, self.key) if p)
         text = f"{where}: {self.message}" if where else self.message
         return f"{text}\n  hint: {self.hint}" if self.hint else text
 

@@ -116,3 +116,59 @@ def test_cli_missing_file_and_usage(tmp_path):
     assert proc.returncode == 2 and "no such file" in proc.stderr
     proc = run_cli("sweep")
     assert proc.returncode == 2 and "Usage" in proc.stderr
+
+
+# the spec's own layers (data path, and omegaconf's for an interpolation), the user config below
+LAYERED = "name: t\ncommand: x\nparams: {a: [1]}\n"
+
+
+@pytest.mark.parametrize("route", ["", "output_root: runs/${name}\n"])
+@pytest.mark.parametrize(
+    "config,body,overrides,named,key",
+    [
+        ("resources: {cpus: x}\n", "", [], "config", "resources.cpus"),
+        ("resources: {wat: 1}\n", "resources: {cpus: 2}\n", [], "config", "resources.wat"),
+        ("requeue: {signal: KILL}\n", "", [], "config", "requeue.signal"),
+        ("container: {mounts: 5}\n", "", ["container.image=i.sqsh"], "config", "container.mounts"),
+        ("resources: {cpus: 2}\n", "resources: {cpus: x}\n", [], "spec", "resources.cpus"),
+        ("resources: {cpus: 2}\n", "", ["resources.cpus=x"], "spec", "resources.cpus"),
+        ("resources: {cpus: x}\n", "", ["resources.cpus=y"], "spec", "resources.cpus"),
+        ("profile: nosuch\n", "profile: sunk\n", [], None, None),
+        ("profile: sunk\n", "profile: nosuch\n", [], "spec", "profile"),
+        ("", "profile: sunk\n", ["profile=nosuch"], "cli", "profile"),
+    ],
+)
+def test_errors_name_the_layer_of_the_value(
+    tmp_path, monkeypatch, route, config, body, overrides, named, key
+):
+    """An error in the merged layers names the one its value came from: the user config, or
+    the spec file (with its overrides); an unknown profile, the layer that chose it."""
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(config)
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(cfg))
+    path = tmp_path / "spec.yaml"
+    path.write_text(LAYERED + body + route)
+    if named is None:
+        spec_mod.load(str(path), overrides)
+        return
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(str(path), overrides)
+    files = {"config": str(cfg), "spec": str(path), "cli": spec_mod.CLI}
+    assert (info.value.file, info.value.key) == (files[named], key)
+
+
+def test_resume_errors_name_the_overrides_or_sweep_json(spec_file):
+    """What the overrides make invalid names the command line (a time limit under the requeue
+    lead too); a mistake in sweep.json itself names sweep.json."""
+    config = spec_mod.load(str(spec_file(LAYERED))).to_dict()
+    for overrides, key in [
+        (["resources.cpus=x"], "resources.cpus"),
+        (["resources.time=1:00"], "requeue.lead"),
+    ]:
+        with pytest.raises(SpecError) as info:
+            spec_mod.resumed(config, overrides, "sweep.json")
+        assert (info.value.file, info.value.key) == (spec_mod.CLI, key)
+    damaged = {**config, "seed": "x"}
+    with pytest.raises(SpecError) as info:
+        spec_mod.resumed(damaged, ["resources.cpus=2"], "sweep.json")
+    assert (info.value.file, info.value.key) == ("sweep.json", "seed")

@@ -1,7 +1,9 @@
 """Sweep and job specs: YAML file + Hydra-style overrides -> validated dataclasses.
 
 :mod:`.layers` merges a spec's layers (profile < user config < file < overrides), :mod:`.validate`
-checks the result into the dataclasses of :mod:`.model`.
+checks the result into the dataclasses of :mod:`.model`. An error in the result names the layer
+that set the value at its key (:func:`.layers.owner`); a resumed sweep's, the command line unless
+``sweep.json`` alone is invalid.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from ..core.values import Choice, Distribution
 from ..errors import SpecError
 from . import yamldata
-from .layers import parse_cli, resolve
+from .layers import owner, parse_cli, resolve
 from .model import CLI, RESUMABLE, TOP_KEYS, Requeue, Resources, SweepSpec
 from .validate import param_space, single, validate
 
@@ -25,8 +27,8 @@ def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> Swee
     """Read ``path`` (YAML) over the profile and user config, apply Hydra-style ``overrides``
     and validate. A ``job`` may have no ``params`` (it is one trial)."""
     if not os.path.isfile(path):
-        raise SpecError("no such file", file=path)
-    data, parsed = resolve(path, overrides)
+        raise SpecError("is a directory" if os.path.isdir(path) else "no such file", file=path)
+    data, parsed, sources = resolve(path, overrides)
     texts: dict[str, Any] = {}
     params = param_space(data.get("params"), path, texts)
     for ov, text in zip(parsed, overrides):
@@ -44,7 +46,12 @@ def load(path: str, overrides: Sequence[str] = (), *, job: bool = False) -> Swee
             params[sub] = single(ov.value)
             texts[sub] = text.split("=", 1)[1]
     data["params"] = params
-    return validate(data, path, texts, job=job)
+    try:
+        return validate(data, path, texts, job=job)
+    except SpecError as exc:  # the merged layers: name the one the value at the key came from
+        if exc.file == path and exc.key:
+            exc.file = owner(exc.key, sources) or path
+        raise
 
 
 def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
@@ -57,7 +64,8 @@ def from_dict(data: Mapping[str, Any], source: str) -> SweepSpec:
 
 def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) -> SweepSpec:
     """The spec of an existing sweep (``sweep.json``) with ``overrides`` of ``RESUMABLE`` keys."""
-    data = copy.deepcopy({k: v for k, v in config.items() if k in TOP_KEYS})
+    base = {k: v for k, v in config.items() if k in TOP_KEYS}
+    data = copy.deepcopy(base)
     for text in overrides:
         ov = parse_cli(text)
         if ov.key.split(".")[0] not in RESUMABLE or isinstance(ov.value, (Choice, Distribution)):
@@ -75,4 +83,10 @@ def resumed(config: Mapping[str, Any], overrides: Sequence[str], source: str) ->
             node.pop(leaf, None)
         else:
             node[leaf] = ov.value
-    return from_dict(data, source)
+    try:
+        return from_dict(data, source)
+    except SpecError as exc:
+        if overrides and exc.file == source:
+            from_dict(base, source)  # sweep.json's own mistake names it
+            exc.file = CLI  # sweep.json alone is valid: the overrides made the mistake
+        raise

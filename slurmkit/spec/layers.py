@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -31,23 +31,30 @@ _MAPPINGS = ("resources", "container", "env", "requeue")  # keys whose values ar
 _OPENERS = ("BRACKET_OPEN", "BRACE_OPEN", "POPEN")
 _CLOSERS = ("BRACKET_CLOSE", "BRACE_CLOSE", "PCLOSE")
 
+Sources = list[tuple[str, Mapping[str, Any]]]
+"""The layers a spec's values came from, lowest first, each with the file errors name: see
+:func:`owner`."""
+Resolved = tuple[dict[str, Any], list[Override], Sources]
 
-def resolve(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+
+def resolve(path: str, overrides: Sequence[str]) -> Resolved:
     """The spec's keys (``path`` over the user config and profile, overrides of keys other than
-    ``params`` applied, interpolations resolved), and the parsed overrides."""
+    ``params`` applied, interpolations resolved), the parsed overrides, and the layers' sources:
+    the user config, the spec file, and the overrides (an override's bad value names the spec
+    file: it is the spec's value that the override changes)."""
     try:
         return resolve_data(path, overrides)
     except yamldata.NeedsOmegaConf:
         return resolve_omegaconf(path, overrides)
 
 
-def resolve_data(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+def resolve_data(path: str, overrides: Sequence[str]) -> Resolved:
     """:func:`resolve` without omegaconf; NeedsOmegaConf when a layer is not plain data."""
     cfg = _canonical(yamldata.load(path), path)
     parsed = [parse_cli(text) for text in overrides]
     if isinstance(cfg.get("profile"), (dict, list)):
         raise yamldata.NeedsOmegaConf("profile")
-    user, layers = _defaults(cfg, parsed)
+    user, user_path, layers = _defaults(cfg, parsed, path)
     merged = yamldata.merge(*layers, user, cfg)
     _drop_container(merged, cfg, parsed)
     for ov in _settings(parsed):
@@ -55,10 +62,10 @@ def resolve_data(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], l
             yamldata.delete(merged, ov.key)
         else:
             yamldata.update(merged, ov.key, ov.value)
-    return merged, parsed
+    return merged, parsed, [(user_path, user), (path, cfg), (path, _given(parsed))]
 
 
-def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, Any], list[Override]]:
+def resolve_omegaconf(path: str, overrides: Sequence[str]) -> Resolved:
     """:func:`resolve` with omegaconf."""
     # omegaconf (and antlr) cost ~60 ms to import: only specs that need it pay for it
     from omegaconf import OmegaConf
@@ -81,12 +88,12 @@ def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, An
         raise SpecError(str(exc).splitlines()[0], file=path) from None
     parsed = [parse_cli(text) for text in overrides]
     try:  # reading profile and container resolves them
-        user, layers = _defaults(cfg, parsed)
+        user, user_path, layers = _defaults(cfg, parsed, path)
         found = yamldata.clash(list(enumerate([*layers, user, data])))
         if found:
             raise SpecError(
                 "a mapping in one layer and a list in another cannot be merged",
-                file=path if found[0] == len(layers) + 1 else user_config_path(),
+                file=path if found[0] == len(layers) + 1 else user_path,
                 key=found[1],
                 hint="the layers: built-in profile < user config < spec file",
             )
@@ -114,9 +121,10 @@ def resolve_omegaconf(path: str, overrides: Sequence[str]) -> tuple[dict[str, An
                 hint="e.g. command.0=python",
             ) from None
     try:
-        return OmegaConf.to_container(merged, resolve=True), parsed  # type: ignore[return-value]
+        resolved: Any = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as exc:
         raise SpecError(f"cannot resolve: {str(exc).splitlines()[0]}", file=path) from None
+    return resolved, parsed, [(user_path, user), (path, data), (path, _given(parsed))]
 
 
 def parse_cli(text: str) -> Override:
@@ -224,14 +232,55 @@ def profile(name: str, source: str) -> dict[str, Any]:
     return {"env": dict(PROFILES[name]), "container": {"mount_home": False}}
 
 
-def _defaults(cfg: Any, parsed: list[Override]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The layers under the spec file ``cfg``: the user config, and the chosen profile's."""
+def _defaults(
+    cfg: Any, parsed: list[Override], path: str
+) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+    """The layers under the spec file ``cfg`` (read from ``path``): the user config (and its
+    path), and the chosen profile's."""
     user, user_path = user_config()
-    chosen = next(
-        (ov.value for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
-        cfg.get("profile") or user.get("profile"),
+    chosen, source = next(
+        ((ov.value, CLI) for ov in parsed if ov.key == "profile" and ov.prefix != "~"),
+        (cfg.get("profile"), path) if cfg.get("profile") else (user.get("profile"), user_path),
     )
-    return user, [profile(str(chosen), user_path)] if chosen else []
+    return user, user_path, [profile(str(chosen), source)] if chosen else []
+
+
+def _given(parsed: Iterable[Override]) -> dict[str, Any]:
+    """What the overrides ``parsed`` set, as a layer of :data:`Sources` (deletions set nothing)."""
+    layer: dict[str, Any] = {}
+    for ov in parsed:
+        if ov.prefix == "~":
+            continue
+        *parents, leaf = ov.key.split(".")
+        node = layer
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = ov.value
+    return layer
+
+
+def owner(key: str, sources: Sources) -> str | None:
+    """The file of the last of ``sources`` that sets the dotted ``key`` (or else the nearest key
+    above it that one sets): the layer an error about the merged value at ``key`` blames."""
+    parts = key.split(".")
+    for depth in range(len(parts), 0, -1):
+        for file, layer in reversed(sources):
+            if _holds(layer, parts[:depth]):
+                return file
+    return None
+
+
+def _holds(node: Any, parts: Sequence[str]) -> bool:
+    for part in parts:
+        if not isinstance(node, Mapping):
+            return False
+        found = [value for name, value in node.items() if str(name) == part]
+        if not found:
+            return False
+        node = found[0]
+    return True
 
 
 def _canonical(layer: dict[str, Any], file: str) -> dict[str, Any]:
