@@ -181,7 +181,7 @@ def cancel(root: str, dry_run: bool = False) -> Cancelled:
     sweep = store.open_sweep(root)
     lock = store.locked(sweep, "cancel") if not dry_run else None
     try:
-        current = collect(root)
+        current = collect(root, fresh=True)
         live_jobs = {t.job for t in current.trials if t.job and t.state in states.ACTIVE}
         stopped = backends.cancel_all(store.submissions(sweep), live_jobs, dry_run)
         warnings = current.warnings

@@ -71,10 +71,12 @@ class SweepStatus:
         }
 
 
-def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
+def collect(root: str, *, with_metrics: bool = False, fresh: bool = False) -> SweepStatus:
     """The state of every trial of the sweep at ``root``. A damaged file (status, metrics,
     manifest line, submission record, sweep.json) costs only what it holds: the trial shows
-    as DAMAGED, and ``warnings`` names the file."""
+    as DAMAGED, and ``warnings`` names the file. The scheduler's answer may be up to
+    ``SLURMKIT_POLL_INTERVAL`` seconds old (one query per interval for all of the user's
+    callers: :mod:`slurmkit.backends.pollcache`), unless ``fresh``."""
     sweep = store.open_sweep(root)
     warnings: list[str] = []
     config = store.config(sweep, warnings)
@@ -85,7 +87,9 @@ def collect(root: str, *, with_metrics: bool = False) -> SweepStatus:
         for i, r in enumerate(rows)
         if r is None or (files.get(r["id"]) or {}).get("state") != states.COMPLETED
     }
-    live = backends.live_tasks(store.submissions(sweep, warnings), unfinished.__contains__)
+    live = backends.live_tasks(
+        store.submissions(sweep, warnings), unfinished.__contains__, fresh=fresh
+    )
     trials = []
     for index, row in enumerate(rows):
         if row is None:

@@ -44,7 +44,7 @@ class FakeBackend(Backend):
     def indices(self, record: dict[str, Any]) -> list[int]:
         return list(record["tasks"])
 
-    def live(self, records, owned, ask) -> dict[int, LiveTask]:
+    def live(self, records, owned, ask, *, fresh=False) -> dict[int, LiveTask]:
         mine = [i for rec in records for i in rec["tasks"] if owned is None or owned(i)]
         return {
             i: LiveTask(f"fake-{i}", QUEUE.get(f"fake-{i}") if ask(i) else None, False)

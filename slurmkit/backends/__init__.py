@@ -100,17 +100,18 @@ def for_resume(records: Sequence[dict[str, Any]]) -> str:
 
 
 def live_tasks(
-    records: Sequence[dict[str, Any]], ask: Callable[[int], bool]
+    records: Sequence[dict[str, Any]], ask: Callable[[int], bool], *, fresh: bool = False
 ) -> dict[int, LiveTask]:
     """Every submitted trial's :class:`LiveTask`, from its latest submission's backend: one
-    query per backend that has records, about the trials for which ``ask(index)`` is true."""
+    query per backend that has records, about the trials for which ``ask(index)`` is true
+    (``fresh``: asked now, not from the shared poll cache)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for rec in _known(records):
         groups.setdefault(rec.get("backend", "slurm"), []).append(rec)
     backends = {name: get(name) for name in groups}
     if len(groups) == 1:  # the usual case: its latest records own every trial they name
         [(name, recs)] = groups.items()
-        return backends[name].live(recs, None, ask)
+        return backends[name].live(recs, None, ask, fresh=fresh)
     owner: dict[int, str] = {}
     for rec in _known(records):
         name = rec.get("backend", "slurm")
@@ -119,7 +120,7 @@ def live_tasks(
     out: dict[int, LiveTask] = {}
     for name, recs in groups.items():
         mine = {i for i, n in owner.items() if n == name}
-        out.update(backends[name].live(recs, mine.__contains__, ask))
+        out.update(backends[name].live(recs, mine.__contains__, ask, fresh=fresh))
     return out
 
 

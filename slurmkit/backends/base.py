@@ -155,10 +155,13 @@ class Backend(ABC):
         records: Sequence[dict[str, Any]],
         owned: Callable[[int], bool] | None,
         ask: Callable[[int], bool],
+        *,
+        fresh: bool = False,
     ) -> dict[int, LiveTask]:
         """``{index: LiveTask}`` for the trials its ``records`` (oldest first) submitted that it
         ``owned`` (their latest submission is its; None: all), from ONE query that asks the
-        scheduler about those for which ``ask(index)`` is true."""
+        scheduler about those for which ``ask(index)`` is true. The answer may be a few seconds
+        old (a poll cache shared by the user's callers), unless ``fresh``."""
 
     @abstractmethod
     def cancel(

@@ -71,6 +71,8 @@ class LocalBackend(Backend):
         records: Sequence[dict[str, Any]],
         owned: Callable[[int], bool] | None,
         ask: Callable[[int], bool],
+        *,
+        fresh: bool = False,
     ) -> dict[int, LiveTask]:
         alive: dict[int, bool] = {}
         for record in records:

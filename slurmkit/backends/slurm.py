@@ -16,6 +16,7 @@ from .. import store
 from ..core import states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..errors import SchedulerError, UserError
+from . import pollcache
 from .base import Backend, LiveTask, Probe, Progress, Stopped, Submission, TaskState
 from .submit_limits import Limit, limit
 
@@ -83,7 +84,7 @@ class SlurmBackend(Backend):
         and the submission record is removed."""
         result = Submission(sweep.root, self.name, plan.total, indices, note=self.note)
         number = store.record_submission(
-            sweep, {"backend": self.name, "state": "submitting", "jobs": []}
+            sweep, {"backend": self.name, "state": "submitting", "jobs": [], "user": user()}
         )
         jobs: list[dict[str, Any]] = []
         try:
@@ -118,7 +119,7 @@ class SlurmBackend(Backend):
         """The submission record of a standalone script submitted with plain sbatch (written by
         its first task; ``script`` None: Slurm's log is beside where it was submitted)."""
         job = {"job_id": array_job_id, "offset": offset, "array": array, "script": None}
-        return {"backend": cls.name, "state": "submitted", "jobs": [job]}
+        return {"backend": cls.name, "state": "submitted", "jobs": [job], "user": user()}
 
     def indices(self, record: dict[str, Any]) -> list[int]:
         return [
@@ -132,14 +133,28 @@ class SlurmBackend(Backend):
         records: Sequence[dict[str, Any]],
         owned: Callable[[int], bool] | None,
         ask: Callable[[int], bool],
+        *,
+        fresh: bool = False,
     ) -> dict[int, LiveTask]:
         tasks: dict[int, tuple[str, int]] = {}
+        owners: set[str] = set()
         for record in records:
+            owner = record.get("user")
+            owners.add(owner if isinstance(owner, str) else user())
             for job in record.get("jobs", []):
                 for task in expand_array_spec(job["array"]):
                     tasks[job["offset"] + task] = (job["job_id"], task)
         jobs = {job for i, (job, _) in tasks.items() if ask(i)}
-        answer = query(jobs) if jobs and available() else {}
+        every = pollcache.interval()
+        if not jobs or not available():
+            answer: dict[tuple[str, int], TaskState] = {}
+        elif fresh or not every or len(owners) != 1:
+            answer = query(jobs)
+        else:  # one query per interval for all of this user's pollers
+            [owner] = owners
+            answer = pollcache.PollCache(owner, every).tasks(
+                jobs, lambda: user_tasks(owner), _sacct
+            )
         return {
             i: LiveTask(f"{job}_{task}", answer.get((job, task)), False)
             for i, (job, task) in tasks.items()
@@ -157,6 +172,8 @@ class SlurmBackend(Backend):
         arrays = sorted(({job.split("_")[0] for job in live_jobs} | still) & ours)
         if not dry_run:
             cancel(arrays)
+            for name in {r["user"] for r in records if isinstance(r.get("user"), str)}:
+                pollcache.PollCache(name, 0).forget()  # the next status asks the scheduler
         return [Stopped(self.cancel_key, job, job) for job in arrays]
 
 
@@ -275,12 +292,12 @@ def headroom(account: str | None, qos: str | None) -> tuple[Limit, int] | None:
     """The user's tightest submit limit (association or QOS MaxSubmitJobs) and how many jobs
     they have queued now; None when none applies or accounting does not answer (the sweep is
     then not held back: Slurm itself still refuses what is over a limit)."""
-    user = pwd.getpwuid(os.getuid()).pw_name
+    name = user()
     assoc = "format=Account,Partition,MaxSubmit,DefaultQOS"
     asks = [
-        Command(["sacctmgr", "-nP", "show", "assoc", "where", f"user={user}", assoc], 30),
+        Command(["sacctmgr", "-nP", "show", "assoc", "where", f"user={name}", assoc], 30),
         Command(["sacctmgr", "-nP", "show", "qos", "format=Name,MaxSubmitPU"], 30),
-        Command(["sacctmgr", "-nP", "show", "user", user, "format=DefaultAccount"], 30),
+        Command(["sacctmgr", "-nP", "show", "user", name, "format=DefaultAccount"], 30),
     ]
     try:
         answers = [ask.wait() for ask in asks]
@@ -291,7 +308,7 @@ def headroom(account: str | None, qos: str | None) -> tuple[Limit, int] | None:
     found = limit(answers[0].stdout, answers[1].stdout, answers[2].stdout, account, qos)
     if found is None:
         return None
-    queued = _run(["squeue", "-h", "-r", "-u", user, "-o", "%i"], timeout=30)
+    queued = _run(["squeue", "-h", "-r", "-u", name, "-o", "%i"], timeout=30)
     return (found, len(queued.stdout.split())) if queued.returncode == 0 else None
 
 
@@ -327,19 +344,16 @@ def sbatch(script: str, *, dependency: str | None = None) -> str:
     return proc.stdout.strip().split(";")[0]
 
 
-def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
-    """``{(array_job_id, task_id): TaskState}`` for every task of the given arrays.
+def user() -> str:
+    """The name of the user running this (whose jobs squeue -u lists)."""
+    return pwd.getpwuid(os.getuid()).pw_name
 
-    One ``squeue`` call (it keeps finished jobs for MinJobAge); jobs it no longer knows are
-    looked up with one ``sacct`` call when accounting is enabled.
-    """
-    ids = sorted(set(job_ids))
-    if not ids:
-        return {}
+
+def _squeue(selection: str) -> dict[tuple[str, int], TaskState]:
+    """One ``squeue`` of every task that ``selection`` (``--jobs=...``, ``--user=...``) picks,
+    finished ones included (the controller keeps them for MinJobAge)."""
     # Without --array: squeue 22.05 drops tasks when it expands a pending "1-19:2" record.
-    proc = _run(
-        ["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}", "--format=%F|%K|%T|%r"]
-    )
+    proc = _run(["squeue", "--noheader", "--states=all", selection, "--format=%F|%K|%T|%r"])
     out: dict[tuple[str, int], TaskState] = {}
     if proc.returncode != 0 and "invalid job id" not in proc.stderr.lower():
         raise SchedulerError(
@@ -351,6 +365,24 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
             if len(parts) == 4 and parts[1][:1].isdigit():
                 for task in expand_array_spec(parts[1]):
                     out[(parts[0], task)] = TaskState(parts[2], parts[3])
+    return out
+
+
+def user_tasks(name: str) -> dict[tuple[str, int], TaskState]:
+    """Every task of every job of user ``name`` that the controller knows: one squeue."""
+    return _squeue(f"--user={name}")
+
+
+def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
+    """``{(array_job_id, task_id): TaskState}`` for every task of the given arrays, asked now.
+
+    One ``squeue`` call (it keeps finished jobs for MinJobAge); jobs it no longer knows are
+    looked up with one ``sacct`` call when accounting is enabled.
+    """
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    out = _squeue(f"--jobs={','.join(ids)}")
     seen = {job for job, _ in out}
     missing = [j for j in ids if j not in seen]
     if missing:
