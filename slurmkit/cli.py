@@ -513,8 +513,11 @@ def results(
 @click.argument("trial", metavar="TRIAL")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until it ends.")
 @click.option("--slurm", "slurm_log", is_flag=True, help="Show Slurm's own log of the task.")
+@click.option(
+    "--stderr", is_flag=True, help="Show the stderr file (specs with logs.stderr: separate)."
+)
 @_guard
-def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
+def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool) -> None:
     """Print a trial's output (TRIAL: its index or a prefix of its id).
 
     \b
@@ -524,7 +527,7 @@ def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool) -> None:
     """
     from .steer import log_path, trial_ended  # steer: status and the sweep directory
 
-    path = log_path(sweep_dir, trial, slurm_log)
+    path = log_path(sweep_dir, trial, slurm_log, stderr)
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
     ui.print_file(path, follow, trial_ended(sweep_dir, trial))

@@ -91,20 +91,21 @@ def render_array(
     if sweep_dir is None:
         if spec_path is None:
             raise ValueError("a standalone script needs spec_path")
-        output = f"{spec.name}-%A_%a.out"
+        logs = spec.logs.name if spec.logs.name != "%A_%a" else f"{spec.name}-%A_%a"
         sweep_line = (
             f"export SLURMKIT_SWEEP_DIR=${{SLURMKIT_SWEEP_DIR:-{q(spec.output_root)}/"
             f"{q(spec.name)}/sbatch-$SLURM_ARRAY_JOB_ID}}"
         )
         task = f'"$PY" -m slurmkit.standalone --offset {chunk.offset} --spec {q(spec_path)}'
     else:
-        output = f"{sweep_dir}/logs/%A_%a.out"
+        logs = f"{sweep_dir}/logs/{spec.logs.name}"
         sweep_line = f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}"
         task = f'"$PY" -m slurmkit.runtime task --offset {chunk.offset}'
     sbatch = [
         f"--job-name={spec.name}",
         f"--array={chunk.array_spec(spec.max_parallel)}",
-        f"--output={output}",
+        f"--output={logs}.out",
+        *([f"--error={logs}.err"] if spec.logs.stderr == "separate" else []),
         "--open-mode=append",
         *requeue_options(spec.requeue),
         *resource_options(spec.resources),

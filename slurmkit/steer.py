@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,12 +104,21 @@ def find_trial(root: str, ref: str) -> dict[str, Any]:
     )
 
 
-def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
-    """The trial's output log, or with ``slurm_log`` Slurm's log of its latest array task."""
+def log_path(root: str, ref: str, slurm_log: bool = False, stderr: bool = False) -> str:
+    """The trial's output log, or with ``slurm_log`` Slurm's log of its latest array task;
+    with ``stderr``, the stderr file beside it (``logs.stderr: separate``)."""
     sweep = store.open_sweep(root)
     row = find_trial(root, ref)
+    logs = store.config(sweep, warnings=[]).get("logs")
+    logs = logs if isinstance(logs, dict) else {}
+    if stderr and logs.get("stderr") != "separate":
+        raise UserError(
+            "this sweep keeps stderr in the output (logs.stderr: merged)",
+            key="--stderr",
+            hint="leave out --stderr; set logs: {stderr: separate} in the spec to keep it apart",
+        )
     if not slurm_log:
-        return sweep.output(row["id"])
+        return sweep.errors(row["id"]) if stderr else sweep.output(row["id"])
     try:
         attempts = (store.load_record(sweep.status(row["id"]), default={}) or {}).get(
             "attempts", []
@@ -118,23 +129,49 @@ def log_path(root: str, ref: str, slurm_log: bool = False) -> str:
         if not isinstance(attempt, dict):
             continue
         if "array_job_id" in attempt and "array_task_id" in attempt:
-            return _slurm_log(sweep, attempt["array_job_id"], attempt["array_task_id"])
+            path = _slurm_log(sweep, attempt, logs.get("name"))
+            return path + (".err" if stderr else ".out")
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
 
 
-def _slurm_log(sweep: SweepDir, array: str, task: str) -> str:
-    """Where Slurm wrote an array task's output: the sweep's ``logs/`` for the scripts that
-    ``slurmkit sweep`` submits; for a standalone script (submitted with plain sbatch, its record
-    has no script), ``NAME-ARRAY_TASK.out`` in the directory it was submitted from."""
+def log_name(pattern: str, values: dict[str, str]) -> str:
+    """An sbatch file-name pattern filled in (``%A``, ``%a``, ``%j``, ``%x``, ``%u``, ``%%``)."""
+    return re.sub(r"%([%Aajxu])", lambda m: "%" if m[1] == "%" else values.get(m[1], m[0]), pattern)
+
+
+def _owner(path: str) -> str:
+    """The name of the user who owns ``path`` (its uid when no name is known)."""
+    uid = os.stat(path).st_uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _slurm_log(sweep: SweepDir, attempt: dict[str, Any], pattern: Any) -> str:
+    """Where Slurm wrote an array task's output, without ``.out``: the sweep's ``logs/`` for the
+    scripts that ``slurmkit sweep`` submits; for a standalone script (submitted with plain
+    sbatch, its record has no script), the directory it was submitted from."""
+    config = store.config(sweep, warnings=[])
+    array = str(attempt["array_job_id"])
+    name = config.get("name")
+    values: dict[str, str] = {
+        "A": array,
+        "a": str(attempt["array_task_id"]),
+        "j": str(attempt.get("job_id", "")),
+        "x": name if isinstance(name, str) else "",
+        "u": _owner(sweep.root),
+    }
+    custom = isinstance(pattern, str) and pattern and pattern != "%A_%a"
     for record in store.submissions(sweep):
         for job in record.get("jobs", []):
             if job.get("job_id") == array and job.get("script") is None:
-                config = store.config(sweep, warnings=[])
                 submit_dir = config.get("submit_dir")
                 if not isinstance(submit_dir, str) or not submit_dir:
                     submit_dir = os.path.dirname(sweep.root)
-                return os.path.join(submit_dir, f"{config.get('name', '')}-{array}_{task}.out")
-    return os.path.join(sweep.logs, f"{array}_{task}.out")
+                file = log_name(pattern if custom else "%x-%A_%a", values)
+                return os.path.join(submit_dir, file)
+    return os.path.join(sweep.logs, log_name(pattern if custom else "%A_%a", values))
 
 
 def trial_ended(root: str, ref: str) -> Callable[[], bool]:

@@ -21,9 +21,9 @@ torchrun and slurmkit, with the originals read for their facts (which options, w
 
 Lines every port shares, mapped once here:
 
-- ``#SBATCH --output=...`` (and FSDP's ``--error``): none; Slurm's log goes to the sweep
-  directory's ``logs/``, the trial's output to ``trials/ID/output.log``. A separate stderr file
-  is not offered (docs/porting-sbatch.md), so FSDP's ``--error`` is not ported.
+- ``#SBATCH --output=...`` (and FSDP's ``--error``): Slurm's log goes to the sweep directory's
+  ``logs/``, the trial's output to ``trials/ID/output.log``; FSDP's ``%x_%j`` names and its
+  separate stderr file are ``logs: {name: '%x_%j', stderr: separate}``.
 - ``srun ... --kill-on-bad-exit=1``: always on the step.
 - ``set -e...``, ``echo``: none (no shell runs the command).
 - ``MASTER_ADDR=$(scontrol show hostnames ... | head -n1)``: the runtime's (the first node);
@@ -334,7 +334,7 @@ PORTS: dict[str, Port] = {
     ),
 }
 # The options slurmkit itself puts in every script (not the original's).
-OWN = re.compile(r"--(array|output|open-mode|requeue|no-requeue|signal)(=|$)")
+OWN = re.compile(r"--(array|output|error|open-mode|requeue|no-requeue|signal)(=|$)")
 
 
 def normalise(text: str, submit_dir: Path) -> str:
@@ -469,3 +469,12 @@ def test_torchrun_ports_ask_for_no_gpus(rendered, name):
     text, _ = rendered(name)
     assert "--nproc-per-node=8" in step_argv(text)
     assert not any(o.startswith("--gpus-per-node") for o in sbatch_options(text))
+
+
+def test_fsdp_keeps_its_log_names_and_its_stderr_file(rendered):
+    """FSDP writes `--output=logs/%x_%j.out --error=logs/%x_%j.err`: the same names, in the
+    sweep directory's logs/ (the only difference: where that directory is)."""
+    text, submit_dir = rendered("llama3_1_8b-training")
+    options = sbatch_options(normalise(text, submit_dir))
+    logs = "/submit/runs/llama3_1_8b-FSDP-STAMP/logs"
+    assert f"--output={logs}/%x_%j.out" in options and f"--error={logs}/%x_%j.err" in options

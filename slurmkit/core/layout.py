@@ -10,6 +10,7 @@
       scripts/NNNN-C.sbatch the rendered batch script of submission NNNN, array chunk C
       logs/                 Slurm's own output per array task (%A_%a.out)
       trials/ID/            status.json, metrics.json, metrics.jsonl, output.log
+                            (and output.err with logs.stderr: separate)
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class SweepDir(NamedTuple):
 
     def output(self, trial_id: str) -> str:
         return os.path.join(self.trial(trial_id), "output.log")
+
+    def errors(self, trial_id: str) -> str:
+        """The trial's stderr, when the spec keeps it apart (``logs.stderr: separate``)."""
+        return os.path.join(self.trial(trial_id), "output.err")
 
     def exists(self) -> bool:
         return os.path.isfile(self.manifest) and os.path.isfile(self.sweep_json)

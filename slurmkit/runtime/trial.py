@@ -14,6 +14,7 @@ SLURMKIT_ATTEMPT       1 on the first run, 2 after one requeue or resume, ...
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -210,28 +211,29 @@ class TrialRun:
         elif launch.get("env"):  # env_prepend/env_append on a plain command
             argv = [*launch["env"], *argv]
         cwd = cfg.get("workdir") or cfg.get("submit_dir") or None
-        with open(self.sweep.output(self.id), "ab") as log:
-            header = (
-                f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "
-                f"{attempt['n']} on {attempt['host']}"
-                + (f" job {attempt['job_id']}" if "job_id" in attempt else "")
-                + " ===\n"
-            )
-            log.write(header.encode())
-            log.flush()
-            self.log_start = log.tell()
+        header = (
+            f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "
+            f"{attempt['n']} on {attempt['host']}"
+            + (f" job {attempt['job_id']}" if "job_id" in attempt else "")
+            + " ===\n"
+        ).encode()
+        with open(self.sweep.output(self.id), "ab") as log, self._stderr() as err:
+            for fh in {log, err or log}:
+                fh.write(header)
+                fh.flush()
+            self.log_start = (err or log).tell()
             try:
                 self.proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
-                    stderr=subprocess.STDOUT,
+                    stderr=err or subprocess.STDOUT,
                     cwd=cwd,
                     env=env,
                     start_new_session=self.own_group,
                 )
             except OSError as exc:
-                log.write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
+                (err or log).write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
                 self.proc = None
                 self._finish(127)
 
@@ -314,10 +316,20 @@ class TrialRun:
             return ALREADY_REQUEUED
         return outcome.code
 
+    def _separate(self) -> bool:
+        return (self.config.get("logs") or {}).get("stderr") == "separate"
+
+    def _stderr(self) -> Any:
+        """The trial's stderr file (logs.stderr: separate), or a context holding None."""
+        if self._separate():
+            return open(self.sweep.errors(self.id), "ab")
+        return contextlib.nullcontext(None)
+
     def _output_tail(self, size: int = 64 * 1024) -> str:
-        """The end of this attempt's output (what srun and pyxis printed last)."""
+        """The end of this attempt's stderr (what srun and pyxis printed last)."""
+        path = self.sweep.errors(self.id) if self._separate() else self.sweep.output(self.id)
         try:
-            with open(self.sweep.output(self.id), "rb") as log:
+            with open(path, "rb") as log:
                 end = log.seek(0, os.SEEK_END)
                 log.seek(max(self.log_start, end - size))
                 return log.read().decode(errors="replace")

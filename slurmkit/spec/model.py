@@ -35,6 +35,7 @@ TOP_KEYS = (
     "self_check",
     "srun",
     "mpi",
+    "logs",
 )
 LAUNCHERS = ("torchrun", "srun", "none")  # none: the command itself, but under srun
 # The srun options a spec may set (`srun: {mpi: pmix, label: true}`): True renders a flag.
@@ -54,6 +55,17 @@ SRUN_OPTIONS: dict[str, type] = {
     "gpus_per_task": int,
 }
 REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
+LOGS_KEYS = ("name", "stderr")
+LOG_STDERR = ("merged", "separate")
+# The file-name tokens of sbatch a log name may use: ones slurmkit can fill in again to find
+# the file (`slurmkit logs --slurm`); %a or %j makes every array task's file its own.
+LOG_TOKENS = {
+    "A": "array job id",
+    "a": "array task id",
+    "j": "job id",
+    "x": "job name",
+    "u": "user",
+}
 CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
@@ -146,6 +158,16 @@ class Requeue:
 
 
 @dataclass(frozen=True)
+class Logs:
+    """Where output goes. ``name``: Slurm's own log of each array task, ``SWEEP_DIR/logs/NAME
+    .out`` (sbatch's tokens: LOG_TOKENS); ``stderr``: ``merged`` into the output, or
+    ``separate`` (the trial's ``output.err`` beside ``output.log``, Slurm's ``NAME.err``)."""
+
+    name: str = "%A_%a"
+    stderr: str = "merged"
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep."""
 
@@ -171,6 +193,7 @@ class SweepSpec:
     srun: dict[str, str | int | bool] = field(default_factory=dict)  # options of the step
     profile: str | None = None
     self_check: bool = True
+    logs: Logs = field(default_factory=Logs)
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -192,6 +215,7 @@ class SweepSpec:
             env_append=dict(self.env_append),
             env_runtime=dict(self.env_runtime),
             requeue=asdict(self.requeue),
+            logs=asdict(self.logs),
             container=self.container.to_dict() if self.container else None,
         )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}

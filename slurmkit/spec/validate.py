@@ -24,12 +24,16 @@ from .model import (
     ARG_STYLES,
     CAUSES,
     LAUNCHERS,
+    LOG_STDERR,
+    LOG_TOKENS,
+    LOGS_KEYS,
     REQUEUE_KEYS,
     RESOURCE_KEYS,
     SIGNALS,
     SRUN_OPTIONS,
     TOP_KEYS,
     Domain,
+    Logs,
     Requeue,
     Resources,
     SweepSpec,
@@ -226,7 +230,47 @@ def validate(
         source=source,
         params_text=dict(params_text or {}),
         requeue=_requeue(data.get("requeue"), source, resources.time),
+        logs=_logs(data.get("logs"), source),
     )
+
+
+_LOG_NAME = re.compile(r"^(?:[A-Za-z0-9_.-]|%[%Aajxu])+$")
+
+
+def _logs(raw: Any, source: str) -> Logs:
+    if raw is None:
+        return Logs()
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            "must be a mapping", file=source, key="logs", hint="logs: {name: '%x-%A_%a'}"
+        )
+    reject_unknown(raw, LOGS_KEYS, file=source, prefix="logs.")
+    name = _typed(raw, "name", str, source, default="%A_%a", prefix="logs.")
+    tokens = ", ".join(f"%{t} ({what})" for t, what in LOG_TOKENS.items())
+    if len(name) > 200 or not _LOG_NAME.match(name) or name.startswith("."):
+        raise SpecError(
+            f"{name!r} is not a log file name slurmkit can find again",
+            file=source,
+            key="logs.name",
+            hint=f"letters, digits, '_', '.', '-' and the tokens {tokens}, %% for '%'; "
+            "no '/': the logs stay in the sweep directory",
+        )
+    if not re.search(r"(?<!%)(?:%%)*%[aj]", name):
+        raise SpecError(
+            f"{name!r} would give every array task the same file",
+            file=source,
+            key="logs.name",
+            hint="put %a (array task id) or %j (job id) in it, e.g. '%x-%A_%a'",
+        )
+    stderr = _typed(raw, "stderr", str, source, default="merged", prefix="logs.")
+    if stderr not in LOG_STDERR:
+        raise SpecError(
+            f"{stderr!r} is not a way to keep stderr",
+            file=source,
+            key="logs.stderr",
+            hint=f"allowed values: {', '.join(LOG_STDERR)}",
+        )
+    return Logs(name, stderr)
 
 
 def _srun(raw: Any, mpi: Any, source: str) -> dict[str, str | int | bool]:
