@@ -19,6 +19,7 @@ _LAZY = {
     "resume": ("slurmkit.sweep", "resume"),
     "status": ("slurmkit.sweepstate", "collect"),
     "Sweep": ("slurmkit.handle", "Sweep"),
+    "sweep_fn": ("slurmkit.functions", "sweep_fn"),
     "UserError": ("slurmkit.errors", "UserError"),
 }
 

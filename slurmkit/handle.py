@@ -93,8 +93,14 @@ class Sweep:
                 hint="call .resume() to run what is left",
             )
         assert self.spec is not None
-        self.submission = sweep.submit(self.spec, backend=backend, sweep_dir=sweep_dir, yes=yes)
-        self._root = self.submission.sweep_dir
+        return self.submitted_as(
+            sweep.submit(self.spec, backend=backend, sweep_dir=sweep_dir, yes=yes)
+        )
+
+    def submitted_as(self, submission: Submission) -> Sweep:
+        """This sweep, now submitted as ``submission`` says."""
+        self.submission = submission
+        self._root = submission.sweep_dir
         return self
 
     def resume(self, overrides: Sequence[str] = (), backend: str | None = None) -> Submission:
@@ -149,6 +155,12 @@ class Sweep:
         from .steer import cancel
 
         return cancel(self.sweep_dir)
+
+    def result(self, trial: int | str) -> Any:
+        """A function trial's return value (``slurmkit.sweep_fn``)."""
+        from .functions import result
+
+        return result(self.sweep_dir, trial)
 
     def logs(self, trial: int | str, *, slurm: bool = False) -> str:
         """A trial's output (``trial``: its index or a prefix of its id); with ``slurm``,
