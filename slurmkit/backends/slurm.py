@@ -16,7 +16,7 @@ from .. import store
 from ..core import states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..errors import SchedulerError, UserError
-from . import pollcache
+from . import pollcache, schedq
 from .base import Backend, LiveTask, Probe, Progress, Stopped, Submission, TaskState
 from .submit_limits import Limit, limit
 
@@ -369,7 +369,11 @@ def _squeue(selection: str) -> dict[tuple[str, int], TaskState]:
 
 
 def user_tasks(name: str) -> dict[tuple[str, int], TaskState]:
-    """Every task of every job of user ``name`` that the controller knows: one squeue."""
+    """Every task of every job of user ``name`` that the controller knows: one squeue (or one
+    pyslurm call, :mod:`.schedq`)."""
+    chosen = schedq.choice()
+    if chosen.name == "pyslurm":
+        return schedq.pyslurm_tasks(chosen.module, user=name)
     return _squeue(f"--user={name}")
 
 
@@ -382,7 +386,11 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    out = _squeue(f"--jobs={','.join(ids)}")
+    chosen = schedq.choice()
+    if chosen.name == "pyslurm":
+        out = schedq.pyslurm_tasks(chosen.module, jobs=set(ids))
+    else:
+        out = _squeue(f"--jobs={','.join(ids)}")
     seen = {job for job, _ in out}
     missing = [j for j in ids if j not in seen]
     if missing:
