@@ -1,0 +1,35 @@
+"""The example notebook (examples/quickstart.ipynb) runs headless, as written, with nbclient:
+on the test cluster when it is up (backend "auto"), else on this machine."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow  # a kernel, two sweeps
+
+
+def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    for folder in ("sweeps", "examples"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    monkeypatch.setenv("SLURMKIT_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+    nb = nbformat.read(tmp_path / "examples" / "quickstart.ipynb", as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = {
+        i: "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+    }
+    text = "\n".join(outputs.values())
+    assert "8 trials" in text and "{'COMPLETED': 8}" in text
+    assert "{'loss': " in text  # fs.result(0)
+    assert (tmp_path / "loss_vs_lr.png").stat().st_size > 1000
+    assert len(list((tmp_path / "runs").glob("quickstart-*"))) == 1
+    assert len(list((tmp_path / "runs").glob("fit-*"))) == 1
