@@ -6,7 +6,9 @@
 
 Targets (from the issues): submit of 10,000 trials <= 0.5 s and >= 10x faster than submitit's
 map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slurmkit --help`
-<= 1.5x `python -c "import click"`; local backend <= 50 ms overhead per trial.
+<= 1.5x `python -c "import click"`; local backend <= 50 ms overhead per trial; `import slurmkit`
+<= 1.5x `import submitit`; a function sweep of 1,000 trials no slower than submitit's
+map_array of the same.
 """
 
 from __future__ import annotations
@@ -230,11 +232,47 @@ def bench_lock(repeat: int, n: int = 200) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def bench_notebook(repeat: int, n: int = 1000) -> None:
+    """What a notebook pays: `import slurmkit` against `import submitit`; a function sweep of
+    n trials (held, then cancelled) against submitit's map_array of the same, bookkeeping
+    (pickling, the sweep directory) included in both."""
+    ours = timed(lambda: run([PY, "-c", "import slurmkit"], env=tree_env(ROOT)), repeat)
+    base = timed(lambda: run([PY, "-c", "import submitit"]), repeat)
+    row("import slurmkit", ours, base, "import submitit", "<= 1.5x")
+    env = _cluster_env()
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    repeat = min(repeat, 3)
+    ours_py = f"""
+import slurmkit, sys
+def f(x):
+    return x * x
+sw = slurmkit.sweep_fn(f, {{"x": "range(0,{n})"}}, backend="slurm",
+                       output_root={str(tmp / "runs")!r}, resources={{"extra": {{"hold": True}}}})
+print(sw.submission.jobs[0]["job_id"])
+"""
+    theirs_py = f"""
+import submitit
+def f(x):
+    return x * x
+ex = submitit.AutoExecutor(folder={str(tmp / "submitit")!r}, cluster="slurm")
+ex.update_parameters(slurm_additional_parameters={{"hold": True}}, timeout_min=10)
+jobs = ex.map_array(f, range({n}))
+print(jobs[0].job_id.split("_")[0])
+"""
+    ids: list[str] = []
+    fn = timed(lambda: ids.append(run([PY, "-c", ours_py], env=tree_env(ROOT, env)).stdout), repeat)
+    sub = timed(lambda: ids.append(run([PY, "-c", theirs_py], env=env).stdout), repeat)
+    row(f"function sweep, {n} trials", fn, sub, f"submitit map_array({n})", "no slower")
+    subprocess.run(["scancel", *[i.strip() for i in ids]], env=env, capture_output=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 BENCHES = {
     "help": bench_help,
     "local": bench_local,
     "submit": bench_submit_status,
     "lock": bench_lock,
+    "notebook": bench_notebook,
 }
 
 
