@@ -20,6 +20,7 @@ _LAZY = {
     "status": ("slurmkit.sweepstate", "collect"),
     "Sweep": ("slurmkit.handle", "Sweep"),
     "sweep_fn": ("slurmkit.functions", "sweep_fn"),
+    "executor": ("slurmkit.executors", "executor"),
     "UserError": ("slurmkit.errors", "UserError"),
 }
 
