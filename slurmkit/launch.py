@@ -89,7 +89,7 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
             "torchrun",
             "--no-python",
             "--nnodes={nnodes}",
-            f"--nproc-per-node={per_node}",
+            f"--nproc-per-node={spec.torchrun.get('nproc_per_node') or per_node}",
             "--rdzv-backend=c10d",
             "--rdzv-endpoint={master_addr}:{master_port}",
             "--rdzv-id={job_id}",

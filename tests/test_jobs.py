@@ -309,3 +309,43 @@ def test_bad_srun_options_name_the_key(spec_file, body, key):
     with pytest.raises(SpecError) as info:
         spec_mod.load(str(spec_file("command: x\n" + body)), job=True)
     assert info.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "words"),
+    [
+        ("torchrun: {nproc_per_node: 8}\n", "torchrun", "only for launcher: torchrun"),
+        (
+            "launcher: torchrun\ntorchrun: {nproc_per_node: 0}\n",
+            "torchrun.nproc_per_node",
+            "at least 1",
+        ),
+        ("launcher: torchrun\ntorchrun: {nnodes: 2}\n", "torchrun.nnodes", "nproc_per_node"),
+        ("launcher: torchrun\ntorchrun: 8\n", "torchrun", "must be a mapping"),
+    ],
+)
+def test_bad_torchrun_options_name_the_key(spec_file, body, key, words):
+    from slurmkit.errors import SpecError
+
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(str(spec_file("command: x\n" + body)), job=True)
+    assert info.value.key == key and words in str(info.value)
+
+
+def test_torchrun_workers_without_asking_slurm_for_gpus(spec_file):
+    """`torchrun: {nproc_per_node: 8}` on an exclusive node: 8 workers, no GPUs asked of Slurm,
+    one srun task per node (the agent)."""
+    from slurmkit.launch import build
+
+    s = spec_mod.load(
+        str(
+            spec_file(
+                "command: x\nlauncher: torchrun\ntorchrun: {nproc_per_node: 8}\n"
+                "resources: {nodes: 2, exclusive: true}\n"
+            )
+        ),
+        job=True,
+    )
+    plan = build(s, "/submit")
+    assert "--nproc-per-node=8" in plan["launcher"] and "--ntasks-per-node=1" in plan["step"]
+    assert not any("gpus" in a for a in plan["step"])

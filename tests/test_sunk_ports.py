@@ -79,7 +79,7 @@ nccl-test-distributed-gb300-roce-nvl72-enroot.slurm
 llama3_1_8b-training.sbatch (``llama3_1_8b-training.yaml``; its default path, a virtual
 environment: the container lines are commented out there)
     ``--nodes=4``, ``--exclusive`` -> ``resources``; ``--job-name`` -> ``name``;
-    ``GPUS_PER_NODE=8`` -> ``gpus_per_node: 8`` (xfail below); the ``export``s -> ``env``,
+    ``GPUS_PER_NODE=8`` -> ``torchrun: {nproc_per_node: 8}``; the ``export``s -> ``env``,
     except ``TORCHRUN`` and ``TRAIN_SCRIPT`` (they only build the srun line: ``launcher`` and
     ``command``) and ``FSX_MOUNT=$(pwd):$DATA_PATH`` (not ported: a value made from the submit
     directory has no spec form, and only the container branch reads it); ``srun -l`` -> ``srun:
@@ -97,7 +97,7 @@ environment: the container lines are commented out there)
     ``env``; ``srun -l --container-image --container-mounts`` -> ``srun: {label: true}`` and
     ``container`` (``workdir: image``: the original passes no workdir); ``python -m
     torch.distributed.run --nproc_per_node=8 ...`` -> ``launcher: torchrun`` (its ``torchrun``
-    entry point) with ``gpus_per_node: 8`` (xfail below); ``${AUTO_RESUME}`` as for FSDP.
+    entry point) with ``torchrun: {nproc_per_node: 8}``; ``${AUTO_RESUME}`` as for FSDP.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class Port:
     """A ported script: what its rendered script and loaded spec must say."""
 
     sbatch: tuple[str, ...]  # every #SBATCH option of the job's resources (in any order):
-    # the original's, less --output/--error, plus --gpus-per-node for torchrun (the xfail)
+    # the original's, less --output/--error
     step: tuple[str, ...]  # options of the srun step and the launcher
     env: dict[str, str]  # the original's exports: the spec's env after its profile, exactly
     command: tuple[str, ...]  # the start of the command
@@ -278,7 +278,7 @@ PORTS: dict[str, Port] = {
         env_prepend={"LD_LIBRARY_PATH": "/opt/hpcx/nccl_spectrum-x_plugin/lib"},
     ),
     "llama3_1_8b-training": Port(
-        sbatch=("--job-name=llama3_1_8b-FSDP", "--nodes=4", "--gpus-per-node=8", "--exclusive"),
+        sbatch=("--job-name=llama3_1_8b-FSDP", "--nodes=4", "--exclusive"),
         step=(
             "--nodes=4",
             "--ntasks=4",
@@ -308,7 +308,6 @@ PORTS: dict[str, Port] = {
         sbatch=(
             "--job-name=megatron_gpt",
             "--nodes=2",
-            "--gpus-per-node=8",
             "--exclusive",
             "--wait-all-nodes=1",
         ),
@@ -458,14 +457,9 @@ def test_image_knobs_are_overrides(rendered, name, image):
 
 
 @pytest.mark.parametrize("name", ["llama3_1_8b-training", "gpt3-2.distributed-training"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="torchrun's --nproc-per-node comes from resources.gpus_per_node, which also renders "
-    "#SBATCH --gpus-per-node=8 (or tasks_per_node, which renders --ntasks-per-node=8); the "
-    "originals ask Slurm for no GPUs (--exclusive gives the whole node) and pass "
-    "--nproc_per_node=8 to torchrun themselves: the worker count has no key of its own",
-)
 def test_torchrun_ports_ask_for_no_gpus(rendered, name):
+    """The originals ask Slurm for no GPUs (--exclusive gives the whole node) and pass
+    --nproc_per_node=8 to torchrun themselves: `torchrun: {nproc_per_node: 8}`."""
     text, _ = rendered(name)
     assert "--nproc-per-node=8" in step_argv(text)
     assert not any(o.startswith("--gpus-per-node") for o in sbatch_options(text))

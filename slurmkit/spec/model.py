@@ -36,6 +36,7 @@ TOP_KEYS = (
     "srun",
     "mpi",
     "logs",
+    "torchrun",
 )
 LAUNCHERS = ("torchrun", "srun", "none")  # none: the command itself, but under srun
 # The srun options a spec may set (`srun: {mpi: pmix, label: true}`): True renders a flag.
@@ -55,6 +56,7 @@ SRUN_OPTIONS: dict[str, type] = {
     "gpus_per_task": int,
 }
 REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
+TORCHRUN_KEYS = ("nproc_per_node",)  # torchrun's own options (launcher: torchrun)
 LOGS_KEYS = ("name", "stderr")
 LOG_STDERR = ("merged", "separate")
 # The file-name tokens of sbatch a log name may use: ones slurmkit can fill in again to find
@@ -194,6 +196,7 @@ class SweepSpec:
     profile: str | None = None
     self_check: bool = True
     logs: Logs = field(default_factory=Logs)
+    torchrun: dict[str, int] = field(default_factory=dict)  # e.g. nproc_per_node
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -216,6 +219,7 @@ class SweepSpec:
             env_runtime=dict(self.env_runtime),
             requeue=asdict(self.requeue),
             logs=asdict(self.logs),
+            torchrun=dict(self.torchrun),
             container=self.container.to_dict() if self.container else None,
         )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}

@@ -32,6 +32,7 @@ from .model import (
     SIGNALS,
     SRUN_OPTIONS,
     TOP_KEYS,
+    TORCHRUN_KEYS,
     Domain,
     Logs,
     Requeue,
@@ -189,6 +190,7 @@ def validate(
             key="launcher",
             hint=f"allowed values: {', '.join(LAUNCHERS)} (or leave it out)",
         )
+    torchrun = _torchrun(data.get("torchrun"), launcher, source)
     if launcher == "srun" and resources.tasks_per_node == 1 and resources.gpu_count > 1:
         # one task per GPU: the allocation must hold them (else srun says "More processors
         # requested than permitted")
@@ -223,6 +225,7 @@ def validate(
         env_runtime=env_runtime,
         container=container,
         launcher=launcher,
+        torchrun=torchrun,
         srun=srun,
         profile=profile,
         self_check=_typed(data, "self_check", bool, source, default=True),
@@ -232,6 +235,27 @@ def validate(
         requeue=_requeue(data.get("requeue"), source, resources.time),
         logs=_logs(data.get("logs"), source),
     )
+
+
+def _torchrun(raw: Any, launcher: Any, source: str) -> dict[str, int]:
+    """torchrun's own options: ``nproc_per_node`` (workers per node) when it is not the GPUs
+    or tasks per node (a script that asks Slurm for no GPUs and passes --nproc_per_node=8)."""
+    if raw is None or (isinstance(raw, Mapping) and not raw):
+        return {}
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            "must be a mapping", file=source, key="torchrun", hint="{nproc_per_node: 8}"
+        )
+    if launcher != "torchrun":
+        raise SpecError(
+            "only for launcher: torchrun",
+            file=source,
+            key="torchrun",
+            hint="set launcher: torchrun",
+        )
+    reject_unknown(raw, TORCHRUN_KEYS, file=source, prefix="torchrun.")
+    nproc = _positive(raw, "nproc_per_node", source, default=None, prefix="torchrun.")
+    return {"nproc_per_node": nproc} if nproc is not None else {}
 
 
 _LOG_NAME = re.compile(r"^(?:[A-Za-z0-9_.-]|%[%Aajxu])+$")
