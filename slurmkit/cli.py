@@ -360,15 +360,35 @@ def submit(
     "args", nargs=-1, metavar="SPEC [OVERRIDES]...", required=True, shell_complete=_files
 )
 @click.option("--plain", is_flag=True, help="A self-contained script for plain sbatch.")
+@click.option(
+    "--submitit",
+    is_flag=True,
+    help="The submitit executor that slurmkit.executor() makes of a job spec, as JSON.",
+)
 @_guard
-def render(args: tuple[str, ...], plain: bool) -> None:
+def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
     """Print the batch script(s) of a job or sweep spec (nothing is created or submitted).
 
     \b
     Examples:
       slurmkit render sweeps/ddp.yaml resources.nodes=4
       slurmkit render sweeps/lr.yaml --plain > lr.sbatch
+      slurmkit render job.yaml --submitit
     """
+    if submitit:
+        if plain:
+            raise click.UsageError("--submitit and --plain do not go together")
+        from .errors import UserError
+        from .executors import executor_config  # no submitit needed to show it
+
+        try:
+            config = executor_config(args[0], args[1:])
+        except UserError as exc:  # the function you submit is the command: leave the spec's out
+            if exc.key != "command":
+                raise
+            config = executor_config(args[0], [*args[1:], "~command"])
+        click.echo(json.dumps(config, indent=2, default=str))
+        return
     from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
     from .spec import load  # spec: PyYAML and the override parser (~15 ms)
 

@@ -663,3 +663,26 @@ def test_supervisor_reports_a_step_that_died_without_a_result(tmp_path):
     assert proc.returncode == 9, proc.stderr
     outcome, text = job.result()
     assert outcome == "error" and "the step exited 9 without a result" in text
+
+
+def test_render_submitit_shows_the_executor_of_a_job_spec(tmp_path):
+    """`slurmkit render SPEC --submitit`: what slurmkit.executor() makes of a job spec, as
+    JSON; the spec's own command is left out (the submitted function is the command)."""
+    import json
+
+    from conftest import run_cli
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: job\ncommand: x\nresources: {nodes: 2, gpus_per_node: 4}\n")
+    proc = run_cli("render", str(spec), "--submitit", "resources.time=1:00:00", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["parameters"]["nodes"] == 2 and shown["parameters"]["gpus_per_node"] == 4
+    assert shown["parameters"]["time"] == 60 and "cpus_per_task" not in shown["parameters"]
+    assert shown["command"][-3:-1] == ["slurmkit.runtime.fnjob", "run"]
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("command: x\nparams: {a: [1, 2]}\n")
+    refused = run_cli("render", str(sweep), "--submitit", cwd=tmp_path)
+    assert refused.returncode == 2 and "params: not a setting of an executor" in refused.stderr
+    both = run_cli("render", str(spec), "--submitit", "--plain", cwd=tmp_path)
+    assert both.returncode == 2 and "do not go together" in both.stderr
