@@ -15,8 +15,9 @@ requeue contract: ``--requeue``, ``--signal=B:SIG@LEAD``, the step supervised fr
 the batch shell, never from inside a container.
 
 This module imports submitit only when an executor is made (:func:`executor`); the classes are
-:data:`SpecExecutor` (a ``submitit.SlurmExecutor``) and :data:`LocalSpecExecutor` (a
-``submitit.LocalExecutor``, for machines without a cluster).
+:data:`SpecExecutor` (a ``submitit.SlurmExecutor``; its jobs are ``SpecJob``, submitit's
+SlurmJob watched by ``squeue`` where ``sacct`` has no accounting to read) and
+:data:`LocalSpecExecutor` (a ``submitit.LocalExecutor``, for machines without a cluster).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import math
 import os
 import re
 import shlex
+import subprocess
 import sys
 import tempfile
 import time as _time
@@ -460,11 +462,49 @@ def _unpicklable(delayed: Any, exc: BaseException) -> UserError:
 
 
 @functools.cache
-def _classes() -> tuple[type[Any], type[Any]]:
+def _classes() -> tuple[type[Any], type[Any], type[Any]]:
     import cloudpickle
     import submitit
+    from submitit.core import logger as slogger
     from submitit.core import utils as sutils
     from submitit.slurm import slurm as sslurm
+
+    class Watcher(sslurm.SlurmInfoWatcher):
+        """submitit's watcher (sacct), or squeue where the cluster keeps no accounting (the
+        jobs the controller still holds): ``job.done()`` and ``job.state`` work there too."""
+
+        sacct: bool | None = None  # whether sacct answers here (None: not asked yet)
+
+        def update(self) -> None:
+            command = self._make_command()
+            if command is None:
+                return
+            self._num_calls += 1
+            output: str | None = None
+            if self.sacct is not False:
+                try:
+                    output = subprocess.check_output(command, stderr=subprocess.DEVNULL, text=True)
+                    self.sacct = True
+                except (OSError, subprocess.CalledProcessError):
+                    self.sacct = self.sacct or False  # once it answered: a passing failure
+            if output is None:
+                queue = ["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%N"]
+                try:
+                    rows = subprocess.check_output(queue, stderr=subprocess.DEVNULL, text=True)
+                    output = "JobID|State|NodeList\n" + rows
+                except (OSError, subprocess.CalledProcessError) as exc:
+                    slogger.get_logger().warning(f"neither sacct nor squeue answered: {exc}")
+            if output is not None:
+                self._info_dict.update(self.read_info(output))
+            self._last_status_check = _time.time()
+            for job_id in self._registered - self._finished:
+                if self.is_done(job_id, mode="cache"):
+                    self._finished.add(job_id)
+
+    class SpecJob(sslurm.SlurmJob[Any]):
+        """submitit's SlurmJob, watched by sacct or, without accounting, squeue."""
+
+        watcher = Watcher(delay_s=600)
 
     class SpecExecutor(submitit.SlurmExecutor):
         """A ``submitit.SlurmExecutor`` from a slurmkit spec (:func:`slurmkit.executor`).
@@ -473,6 +513,8 @@ def _classes() -> tuple[type[Any], type[Any]]:
         and its generic ones (``timeout_min``, ``mem_gb``, ``tasks_per_node``, ``name``);
         ``srun_args`` given there come after the spec's (its container options stay).
         """
+
+        job_class = SpecJob
 
         def __init__(self, s: Setup, max_num_timeout: int = 3, python: str | None = None) -> None:
             self.slurmkit = s
@@ -550,7 +592,7 @@ def _classes() -> tuple[type[Any], type[Any]]:
                     first = array._submit_command(self._submitit_command_str)
                     tasks = list(range(first.num_tasks))
                     jobs = [
-                        sslurm.SlurmJob(self.folder, f"{first.job_id}_{i}", tasks)
+                        SpecJob(self.folder, f"{first.job_id}_{i}", tasks)
                         for i in range(len(paths))
                     ]
             except BaseException:
@@ -574,15 +616,15 @@ def _classes() -> tuple[type[Any], type[Any]]:
                     raise _unpicklable(d, exc) from None
             return super()._internal_process_submissions(delayed_submissions)
 
-    for cls in (SpecExecutor, LocalSpecExecutor):
+    for cls in (SpecExecutor, LocalSpecExecutor, SpecJob, Watcher):
         cls.__module__, cls.__qualname__ = __name__, cls.__name__
-    return SpecExecutor, LocalSpecExecutor
+    return SpecExecutor, LocalSpecExecutor, SpecJob
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("SpecExecutor", "LocalSpecExecutor"):
-        slurm, local = _classes()
-        return slurm if name == "SpecExecutor" else local
+    classes = ("SpecExecutor", "LocalSpecExecutor", "SpecJob")
+    if name in classes:
+        return _classes()[classes.index(name)]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -668,7 +710,7 @@ def executor(
         )
     choosing = backends.Choosing(backend)
     chosen = choosing.result()
-    slurm_cls, local_cls = _classes()
+    slurm_cls, local_cls, _ = _classes()
     if chosen.runs_here:
         if backend == "auto":
             _note(

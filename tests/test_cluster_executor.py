@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
-from submitit.core.utils import FailedJobError
+from submitit.core.utils import FailedJobError, UncompletedJobError
 
 import slurmkit
 
@@ -79,20 +79,20 @@ def test_submit_and_result(slurm_cluster, tmp_path, submitted):
 
 def test_map_array_of_50_with_max_parallelism(slurm_cluster, tmp_path, submitted):
     ex = make(tmp_path)
-    ex.update_parameters(slurm_array_parallelism=8)
+    ex.update_parameters(slurm_array_parallelism=10)
     jobs = ex.map_array(fnjobs.timed, range(50), [str(tmp_path)] * 50)
     submitted.append(jobs[0].job_id.split("_")[0])
     assert len({j.job_id.split("_")[0] for j in jobs}) == 1  # one array
     results = [finished(j, timeout=55).result() for j in jobs]
     assert [r["i"] for r in results] == list(range(50))
     script = jobs[0].paths.submission_file.read_text()
-    assert "#SBATCH --array=0-49%8" in script
+    assert "#SBATCH --array=0-49%10" in script
     events = sorted([(r["start"], 1) for r in results] + [(r["end"], -1) for r in results])
     running = peak = 0
     for _, step in events:
         running += step
         peak = max(peak, running)
-    assert 1 < peak <= 8
+    assert 1 < peak <= 10
 
 
 def test_two_nodes_two_tasks_all_reduce(slurm_cluster, tmp_path, submitted):
@@ -181,3 +181,17 @@ def test_unknown_partition_is_refused_and_leaves_no_pickle(slurm_cluster, tmp_pa
     with pytest.raises(FailedJobError, match="partition"):  # submitit's own: sbatch's words
         ex.submit(fnjobs.square, 1)
     assert not list((tmp_path / "submitit" / "submitit").glob("*.pkl"))
+
+
+def test_state_and_done_without_accounting(slurm_cluster, tmp_path, submitted):
+    """The test cluster keeps no accounting (no sacct): the jobs' watcher asks squeue, so a
+    job cancelled before it ran is done, and its state is Slurm's."""
+    ex = make(tmp_path)
+    ex.update_parameters(additional_parameters={"hold": True})
+    job = ex.submit(fnjobs.square, 2)
+    submitted.append(job.job_id)
+    assert job.watcher.get_state(job.job_id, mode="force") == "PENDING"
+    assert not job.done()
+    job.cancel()
+    with pytest.raises(UncompletedJobError, match="state: CANCELLED"):
+        finished(job, timeout=20).result()

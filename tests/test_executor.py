@@ -686,3 +686,17 @@ def test_render_submitit_shows_the_executor_of_a_job_spec(tmp_path):
     assert refused.returncode == 2 and "params: not a setting of an executor" in refused.stderr
     both = run_cli("render", str(spec), "--submitit", "--plain", cwd=tmp_path)
     assert both.returncode == 2 and "do not go together" in both.stderr
+
+
+@pytest.mark.slow
+def test_supervisor_tells_a_container_that_did_not_start(tmp_path):
+    job = Job(tmp_path, fnjobs.square, 3)
+    log = job.folder / f"{job.id}_0_log.err"
+    log.write_text("an earlier attempt's line: pyxis: couldn't start container\n")
+    step = f"echo 'pyxis: couldn'\\''t start container' >> {log}; exit 1"
+    argv = [sys.executable, "-m", executors.STEP, "supervise", "--config", json.dumps(job.config)]
+    proc = subprocess.run([*argv, "--", "sh", "-c", step], env=job.env, capture_output=True)
+    assert proc.returncode == 1, proc.stderr
+    outcome, text = job.result()
+    assert outcome == "error" and "its container did not start" in text
+    assert job.attempts()[0]["cause"] == "container"

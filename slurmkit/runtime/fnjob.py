@@ -160,7 +160,9 @@ class Supervisor:
         return os.path.join(self.folder, f"{self.job}_{task}_result.pkl")
 
     def stderr(self) -> str:
-        return os.path.join(self.folder, f"{self.job}_0_log.err")
+        """Where srun's and task 0's errors go (the output, with stderr_to_stdout)."""
+        err = os.path.join(self.folder, f"{self.job}_0_log.err")
+        return err if os.path.exists(err) else err.removesuffix(".err") + ".out"
 
     def missing(self) -> list[int]:
         """The tasks without a result of their own (one this supervisor wrote is none)."""
