@@ -373,7 +373,7 @@ def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
     Examples:
       slurmkit render sweeps/ddp.yaml resources.nodes=4
       slurmkit render sweeps/lr.yaml --plain > lr.sbatch
-      slurmkit render job.yaml --submitit
+      slurmkit render sweeps/ddp.yaml launcher=srun --submitit
     """
     if submitit:
         if plain:
@@ -575,6 +575,45 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
     else:
         what = ", ".join(done.texts)
         click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")
+
+
+@main.command()
+@click.option(
+    "--output-root",
+    default="runs",
+    show_default=True,
+    help="Where sweeps go: it must be writable here and shared with the nodes.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also check N compute nodes with a tiny job (their Python, enroot, output_root).",
+)
+@click.option("--partition", help="The partition of that tiny job.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@_guard
+def doctor(output_root: str, nodes: int, partition: str | None, as_json: bool) -> None:
+    """Check that this cluster runs slurmkit's jobs as it should: each check ok, warn or fail
+    with a hint. Exits 1 when a check fails.
+
+    \b
+    Examples:
+      slurmkit doctor
+      slurmkit doctor --nodes 2 --partition gpu --output-root /mnt/data/runs
+    """
+    from .doctor import FAIL  # doctor: the checks and the cluster's answers
+    from .doctor import run as diagnose
+
+    found = diagnose(output_root, nodes, partition)
+    if as_json:
+        _emit_json({"checks": [c.as_dict() for c in found]})
+    else:
+        from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+        ui.print_checks(found)
+    sys.exit(1 if any(c.level == FAIL for c in found) else 0)
 
 
 @main.command()

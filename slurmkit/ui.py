@@ -27,6 +27,7 @@ from .sweepstate import SweepStatus, wait
 if TYPE_CHECKING:
     from .backends.base import Backend, Submission
     from .core.layout import SweepDir
+    from .doctor import Check
     from .plan import Trial
     from .runtime.trial import TrialRun
 
@@ -226,6 +227,19 @@ def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     for row in rows:
         table.add_row(
             *(Text(str(row["id"])[:8]) if c == "id" else _cell(row.get(c)) for c in shown)
+        )
+    out.print(table)
+
+
+def print_checks(found: Sequence[Check]) -> None:
+    """`slurmkit doctor`'s table: one row per check, with its hint."""
+    style = {"ok": "green", "warn": "yellow", "fail": "red"}
+    table = Table(expand=False, box=None, header_style="bold")
+    for col in ("check", "", "detail", "hint"):
+        table.add_column(Text(col), overflow="fold")
+    for c in found:
+        table.add_row(
+            Text(c.name), Text(c.level, style=style[c.level]), Text(c.detail), Text(c.hint)
         )
     out.print(table)
 

@@ -1,0 +1,409 @@
+"""``slurmkit doctor``: will this cluster run slurmkit's jobs as they should? Checks from the
+login node, each ok / warn / fail with a one-line hint for the fix.
+
+:func:`gather` asks the cluster (a handful of commands, run at once); :func:`checks` is a
+pure function of what it found, so that every case is tested without a cluster that has it.
+With ``nodes``, a tiny job also checks the compute nodes: the Python the batch scripts name,
+enroot, and that ``output_root`` is the same shared directory there (a token written there
+and read back here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .core import fsutil
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: str  # ok, warn or fail
+    detail: str
+    hint: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class Facts:
+    """What :func:`gather` found (every field may be missing: a command that is absent)."""
+
+    tools: dict[str, bool] = field(default_factory=dict)  # sbatch, squeue, ... on PATH
+    version: str | None = None  # sinfo --version
+    ping: str | None = None  # scontrol ping's answer; None: it failed
+    config: dict[str, str] = field(default_factory=dict)  # scontrol show config
+    partitions: list[tuple[str, str, str]] = field(default_factory=list)  # name, GRES, avail
+    srun_help: str = ""  # srun --help: pyxis adds its options there
+    sacct: bool | None = None  # sacct answers
+    submit_limit: str | None = None  # the user's tightest MaxSubmitJobs, in words
+    output_root: str = "runs"
+    output_writable: bool = False
+    user_config: str = ""  # its path
+    user_config_error: str | None = None
+    profile: str | None = None
+    nodes: dict[str, Any] | None = None  # what the tiny job saw (with --nodes)
+
+
+TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo", "srun")
+
+
+def _run(argv: Sequence[str], timeout: float = 20) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _on_path(tool: str) -> bool:
+    from .backends.slurm import available
+
+    return available(tool)
+
+
+def gather(output_root: str = "runs", nodes: int = 0, partition: str | None = None) -> Facts:
+    """Ask the cluster what :func:`checks` needs (and, with ``nodes``, run the tiny job)."""
+    from .backends.slurm import read_config, start_config
+    from .errors import SchedulerError
+
+    facts = Facts(tools={t: _on_path(t) for t in TOOLS}, output_root=output_root)
+    if not facts.tools["sinfo"]:
+        _local_facts(facts)
+        return facts
+    procs = {
+        "version": ["sinfo", "--version"],
+        "ping": ["scontrol", "ping"],
+        "partitions": ["sinfo", "--noheader", "--format=%R|%G|%a"],
+        "srun": ["srun", "--help"],
+        "sacct": ["sacct", "--noheader", "-X", "--starttime=now-1minutes", "--format=JobID"],
+    }
+    started = {
+        k: subprocess.Popen(v, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k, v in procs.items()
+        if facts.tools.get(v[0])
+    }
+    try:
+        facts.config = read_config(start_config(20))
+    except SchedulerError:
+        facts.config = {}
+    out = {}
+    for key, proc in started.items():
+        try:
+            stdout, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout = ""
+        out[key] = (proc.returncode, stdout)
+    if out.get("version", (1, ""))[0] == 0:
+        facts.version = out["version"][1].strip()
+    if out.get("ping", (1, ""))[0] == 0:
+        facts.ping = out["ping"][1].strip()
+    if out.get("partitions", (1, ""))[0] == 0:
+        rows = [line.split("|") for line in out["partitions"][1].splitlines() if line.strip()]
+        facts.partitions = sorted({(r[0], r[1], r[2]) for r in rows if len(r) == 3})
+    facts.srun_help = out.get("srun", (1, ""))[1]
+    facts.sacct = out["sacct"][0] == 0 if "sacct" in out else None
+    if "slurmdbd" in facts.config.get("AccountingStorageType", ""):
+        from .backends.slurm import headroom
+
+        room = headroom(None, None)
+        if room is not None:
+            facts.submit_limit = f"{room[0].jobs} jobs ({room[0].source}); {room[1]} queued now"
+    _local_facts(facts)
+    if nodes and facts.ping:
+        facts.nodes = _node_job(facts.output_root, nodes, partition)
+    return facts
+
+
+def _local_facts(facts: Facts) -> None:
+    from .spec.layers import user_config, user_config_path
+
+    facts.output_writable = _writable(facts.output_root)
+    facts.user_config = user_config_path()
+    try:
+        data, _ = user_config()
+        profile = data.get("profile") if isinstance(data, dict) else None
+        facts.profile = profile if isinstance(profile, str) else None
+    except Exception as exc:  # a damaged user config: say so, do not crash the doctor
+        facts.user_config_error = str(exc).splitlines()[0]
+
+
+def _writable(root: str) -> bool:
+    try:
+        os.makedirs(root, exist_ok=True)
+        path = os.path.join(root, f".slurmkit-doctor-{os.getpid()}")
+        fsutil.atomic_write_bytes(path, b"ok\n", fsync=False)
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+# The tiny job: each node says which Python it has, whether enroot is there, and writes the token
+_NODE_SCRIPT = r"""
+tok="$1"; root="$2"; py="$3"
+host=$(hostname)
+pyok=no; [ -x "$py" ] && "$py" -c 'import slurmkit.runtime' 2>/dev/null && pyok=yes
+en=no; command -v enroot >/dev/null 2>&1 && en=yes
+printf '%s\n' "$tok" > "$root/.slurmkit-doctor-$tok-$host" 2>/dev/null && wr=yes || wr=no
+echo "node=$host python=$pyok enroot=$en wrote=$wr"
+"""
+
+
+def _node_job(root: str, nodes: int, partition: str | None) -> dict[str, Any]:
+    token = os.urandom(6).hex()
+    root = os.path.abspath(root)
+    python = os.environ.get("SLURMKIT_PYTHON") or sys.executable
+    argv = [
+        "srun",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+        "--time=2",
+        "--job-name=slurmkit-doctor",
+    ]
+    if partition:
+        argv.append(f"--partition={partition}")
+    proc = _run([*argv, "sh", "-c", _NODE_SCRIPT, "doctor", token, root, python], timeout=180)
+    seen: list[dict[str, str]] = []
+    if proc is not None and proc.returncode == 0:
+        for line in proc.stdout.splitlines():
+            seen.append(dict(re.findall(r"(\w+)=(\S+)", line)))
+    read_back = []
+    for entry in seen:
+        path = os.path.join(root, f".slurmkit-doctor-{token}-{entry.get('node', '')}")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                read_back.append(fh.read().strip() == token)
+            os.unlink(path)
+        except OSError:
+            read_back.append(False)
+    return {
+        "asked": nodes,
+        "python": python,
+        "seen": seen,
+        "shared": bool(seen) and all(read_back),
+        "error": ""
+        if proc is not None and proc.returncode == 0
+        else (
+            (proc.stderr.strip().splitlines() or ["srun failed"])[-1]
+            if proc
+            else "srun did not finish"
+        ),
+    }
+
+
+def checks(f: Facts) -> list[Check]:
+    """Every check, from what :func:`gather` found (pure)."""
+    out: list[Check] = []
+    missing = [t for t in TOOLS if not f.tools.get(t)]
+    if "sbatch" in missing or "squeue" in missing:
+        out.append(
+            Check(
+                "slurm commands",
+                FAIL,
+                f"missing: {', '.join(missing)}",
+                "run on a Slurm login node (or use --backend local)",
+            )
+        )
+        return out + _local_checks(f)
+    out.append(
+        Check(
+            "slurm commands",
+            WARN if missing else OK,
+            f"{f.version or 'version unknown'}"
+            + (f"; missing: {', '.join(missing)}" if missing else ""),
+            "install Slurm's client tools" if missing else "",
+        )
+    )
+    if f.ping is None or "DOWN" in f.ping:
+        out.append(
+            Check(
+                "controller",
+                FAIL,
+                f.ping or "scontrol ping failed",
+                "is slurmctld up? check SLURM_CONF",
+            )
+        )
+        return out + _local_checks(f)
+    out.append(Check("controller", OK, f.ping.splitlines()[0]))
+    up = [p for p in f.partitions if p[2] == "up"]
+    gres = sorted({g for _, g, _ in f.partitions if g not in ("(null)", "")})
+    out.append(
+        Check(
+            "partitions",
+            OK if up else FAIL,
+            ", ".join(p[0] for p in f.partitions) or "none",
+            "" if up else "no partition is up: ask the admins",
+        )
+    )
+    out.append(
+        Check(
+            "GRES",
+            OK if gres else WARN,
+            ", ".join(gres) or "no GRES (no GPUs to ask for)",
+            "" if gres else "gpus_per_node needs GresTypes=gpu and Gres= on the nodes",
+        )
+    )
+    c = f.config
+    limits = ", ".join(f"{k}={c[k]}" for k in ("MaxArraySize", "MaxJobCount") if k in c)
+    out.append(Check("limits", OK, limits + (f"; you: {f.submit_limit}" if f.submit_limit else "")))
+    mode = c.get("PreemptMode", "")
+    signals = "preempt_send_user_signal" in c.get("SlurmctldParameters", "")
+    preempt = c.get("PreemptType", "preempt/none")
+    if preempt.endswith("none") or mode.upper() in ("OFF", ""):
+        out.append(Check("preemption", OK, "none configured"))
+    elif "CANCEL" in mode.upper():
+        out.append(
+            Check(
+                "preemption",
+                WARN,
+                f"PreemptMode={mode}: preempted jobs are cancelled",
+                "requeue is moot there: ask for PreemptMode=REQUEUE",
+            )
+        )
+    elif not signals:
+        out.append(
+            Check(
+                "preemption",
+                WARN,
+                f"PreemptMode={mode} without preempt_send_user_signal",
+                "preempted jobs get no USR2, so nothing checkpoints: ask for "
+                "SlurmctldParameters=preempt_send_user_signal",
+            )
+        )
+    else:
+        out.append(Check("preemption", OK, f"PreemptMode={mode}, the job is signalled first"))
+    requeue = c.get("JobRequeue")
+    out.append(
+        Check(
+            "requeue",
+            OK if requeue != "0" else WARN,
+            f"JobRequeue={requeue or '?'}"
+            + (" (slurmkit's scripts pass --requeue)" if requeue == "0" else ""),
+            "" if requeue != "0" else "plain sbatch scripts without --requeue are not requeued",
+        )
+    )
+    acct = c.get("AccountingStorageType", "")
+    if f.sacct:
+        out.append(Check("accounting", OK, acct or "sacct answers"))
+    else:
+        out.append(
+            Check(
+                "accounting",
+                WARN,
+                f"{acct or 'none'}: sacct does not answer",
+                "exit codes of jobs gone from the queue (MinJobAge) are unknown; "
+                "`slurmkit report` needs accounting",
+            )
+        )
+    out.append(_pyxis(f.srun_help))
+    if f.nodes is not None:
+        out += _node_checks(f.nodes)
+    return out + _local_checks(f)
+
+
+def _pyxis(help_text: str) -> Check:
+    from .pyxis import OPTIONS, PYXIS_VERSION
+
+    have = [name for name in OPTIONS if f"--{name}" in help_text]
+    if not have:
+        return Check(
+            "pyxis",
+            WARN,
+            "srun has no --container-image: no pyxis",
+            "container jobs need NVIDIA's pyxis SPANK plugin on the cluster",
+        )
+    missing = [n for n in OPTIONS if n not in have]
+    since = max((OPTIONS[n].since for n in have), key=lambda v: tuple(map(int, v.split("."))))
+    detail = f"{len(have)} of {len(OPTIONS)} options (pyxis >= {since})"
+    if missing:
+        detail += f"; missing: {', '.join('--' + n for n in missing)}"
+    return Check(
+        "pyxis",
+        OK if not missing else WARN,
+        detail,
+        "" if not missing else f"slurmkit knows pyxis up to {PYXIS_VERSION}",
+    )
+
+
+def _node_checks(n: dict[str, Any]) -> list[Check]:
+    seen = n.get("seen") or []
+    if not seen:
+        return [
+            Check(
+                "compute nodes",
+                FAIL,
+                n.get("error") or "the tiny job saw no node",
+                "check the partition and your limits; `srun -N1 hostname` should work",
+            )
+        ]
+    out = []
+    nopy = [s.get("node", "?") for s in seen if s.get("python") != "yes"]
+    out.append(
+        Check(
+            "node python",
+            FAIL if nopy else OK,
+            f"{n['python']} runs slurmkit.runtime on {len(seen) - len(nopy)} of {len(seen)} nodes"
+            + (f"; not on {', '.join(nopy)}" if nopy else ""),
+            "set SLURMKIT_PYTHON to a Python with slurmkit on the nodes" if nopy else "",
+        )
+    )
+    noen = [s.get("node", "?") for s in seen if s.get("enroot") != "yes"]
+    out.append(
+        Check(
+            "node enroot",
+            WARN if noen else OK,
+            f"enroot on {len(seen) - len(noen)} of {len(seen)} nodes",
+            "container jobs need enroot on every node" if noen else "",
+        )
+    )
+    out.append(
+        Check(
+            "shared output_root",
+            OK if n.get("shared") else FAIL,
+            "the nodes' token was read back here"
+            if n.get("shared")
+            else "a token the nodes wrote is not here",
+            "" if n.get("shared") else "output_root must be on the shared filesystem",
+        )
+    )
+    return out
+
+
+def _local_checks(f: Facts) -> list[Check]:
+    out = [
+        Check(
+            "output_root",
+            OK if f.output_writable else FAIL,
+            f"{os.path.abspath(f.output_root)} "
+            + ("is writable" if f.output_writable else "is not writable"),
+            "" if f.output_writable else "set output_root to a shared directory you can write",
+        )
+    ]
+    if f.user_config_error:
+        out.append(Check("user config", FAIL, f.user_config_error, f"fix {f.user_config}"))
+    else:
+        there = os.path.isfile(f.user_config)
+        out.append(
+            Check(
+                "user config",
+                OK,
+                (f.user_config if there else "none")
+                + (f"; profile {f.profile}" if f.profile else ""),
+            )
+        )
+    return out
+
+
+def run(output_root: str = "runs", nodes: int = 0, partition: str | None = None) -> list[Check]:
+    """Gather, then check."""
+    return checks(gather(output_root, nodes, partition))
