@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import time as _time
@@ -470,32 +469,37 @@ def _classes() -> tuple[type[Any], type[Any], type[Any]]:
     from submitit.slurm import slurm as sslurm
 
     class Watcher(sslurm.SlurmInfoWatcher):
-        """submitit's watcher (sacct), or squeue where the cluster keeps no accounting (the
-        jobs the controller still holds): ``job.done()`` and ``job.state`` work there too."""
-
-        sacct: bool | None = None  # whether sacct answers here (None: not asked yet)
+        """submitit's watcher, reading slurmkit's shared poll cache instead of one sacct per
+        watcher: any number of ``job.done()``/``job.result()`` callers of one user on one login
+        node cost one ``squeue`` per SLURMKIT_POLL_INTERVAL; jobs gone from the queue are asked
+        from sacct once (none when the cluster keeps no accounting)."""
 
         def update(self) -> None:
-            command = self._make_command()
-            if command is None:
+            from .backends import pollcache
+            from .backends import slurm as sk
+
+            jobs = {x.split("_")[0] for x in self._registered - self._finished}
+            if not jobs:
                 return
             self._num_calls += 1
-            output: str | None = None
-            if self.sacct is not False:
-                try:
-                    output = subprocess.check_output(command, stderr=subprocess.DEVNULL, text=True)
-                    self.sacct = True
-                except (OSError, subprocess.CalledProcessError):
-                    self.sacct = self.sacct or False  # once it answered: a passing failure
-            if output is None:
-                queue = ["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%N"]
-                try:
-                    rows = subprocess.check_output(queue, stderr=subprocess.DEVNULL, text=True)
-                    output = "JobID|State|NodeList\n" + rows
-                except (OSError, subprocess.CalledProcessError) as exc:
-                    slogger.get_logger().warning(f"neither sacct nor squeue answered: {exc}")
-            if output is not None:
-                self._info_dict.update(self.read_info(output))
+            every = pollcache.interval()
+            try:
+                if every:
+                    name = sk.user()
+                    answer = pollcache.PollCache(name, every).tasks(
+                        jobs, lambda: sk.user_tasks(name), sk.ended
+                    )
+                else:
+                    answer = sk.query(jobs)
+            except UserError as exc:  # the controller is briefly away: ask again next time
+                slogger.get_logger().warning(f"the scheduler did not answer: {exc}")
+                answer = {}
+            rows = [
+                f"{job}{'' if task < 0 else f'_{task}'}|{state.state}|"
+                for (job, task), state in answer.items()
+            ]
+            if rows:
+                self._info_dict.update(self.read_info("JobID|State|NodeList\n" + "\n".join(rows)))
             self._last_status_check = _time.time()
             for job_id in self._registered - self._finished:
                 if self.is_done(job_id, mode="cache"):

@@ -162,3 +162,46 @@ def slurm_submit(
     )
     assert proc.returncode == expect, proc.stderr
     return json.loads(proc.stdout) if expect == 0 else {"stderr": proc.stderr}
+
+
+_COUNTING = """#!/bin/sh
+echo "$(basename "$0") $*" >> {log}
+exec {real} "$@"
+"""
+
+
+def counted_queries(tmp_path: Path, interval: float) -> tuple[Path, dict[str, str]]:
+    """PATH shims that log every squeue and sacct call (one line each) to the returned file,
+    and the environment that puts them first, with its own poll cache and ``interval``."""
+    log, bin_dir = tmp_path / "calls.log", tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("squeue", "sacct"):
+        real = shutil.which(tool)
+        if real:
+            (bin_dir / tool).write_text(_COUNTING.format(log=log, real=real))
+            (bin_dir / tool).chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "SLURMKIT_POLL_INTERVAL": str(interval),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    return log, env
+
+
+def sbatch_plain(tmp_path: Path, script: Path, name: str, timeout: float = 120) -> tuple[str, Path]:
+    """``sbatch`` a standalone script (``sweep --dry-run --plain``) from ``tmp_path``, as a user
+    would; its job id and the sweep directory its first task builds (once it exists)."""
+    job = subprocess.run(
+        ["sbatch", "--parsable", str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "SLURMKIT_PYTHON": str(ROOT / ".venv" / "bin" / "python")},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    root = tmp_path / "runs" / name / f"sbatch-{job}"
+    end = time.time() + timeout
+    while not (root / "trials.jsonl").exists() and time.time() < end:
+        time.sleep(0.5)
+    return job, root

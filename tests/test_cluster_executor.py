@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, counted_queries
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 import slurmkit
@@ -59,8 +59,20 @@ def progress(path: Path, at_least: int, timeout: float = 30) -> None:
         time.sleep(0.1)
 
 
-def attempts(job) -> dict:
-    return json.loads((job.paths.folder / f"{job.job_id}_attempts.json").read_text())
+def attempts(job, timeout: float = 20) -> dict:
+    """The host side's record of the job's attempts, once it has recorded the last one's end
+    (the result pickle, which makes job.done() true, is written before the step ends)."""
+    path = job.paths.folder / f"{job.job_id}_attempts.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            record = json.loads(path.read_text())
+            if record.get("state") != "RUNNING":
+                return record
+        except (OSError, ValueError):
+            pass
+        assert time.monotonic() < deadline, f"{path} still says RUNNING after {timeout} s"
+        time.sleep(0.2)
 
 
 def test_submit_and_result(slurm_cluster, tmp_path, submitted):
@@ -195,3 +207,36 @@ def test_state_and_done_without_accounting(slurm_cluster, tmp_path, submitted):
     job.cancel()
     with pytest.raises(UncompletedJobError, match="state: CANCELLED"):
         finished(job, timeout=20).result()
+
+
+WAITER = """
+import sys, time
+from slurmkit.executors import SpecJob
+job = SpecJob(sys.argv[1], sys.argv[2])
+t = time.monotonic()
+while not job.done():
+    time.sleep(0.2)
+print(job.result())
+"""
+
+
+def test_ten_waiters_in_ten_processes_ask_no_more_than_one(submitted, tmp_path):
+    """Ten processes wait on one executor job (`job.done()` every 0.2 s), with PATH shims that
+    log every squeue and sacct call: the shared poll cache answers them all, so they cost what
+    one waiter costs, one squeue per interval."""
+    import subprocess
+
+    job = make(tmp_path).submit(fnjobs.sleeper, 6)
+    submitted.append(job.job_id)
+    log, env = counted_queries(tmp_path, 2)
+    argv = [sys.executable, "-c", WAITER, str(job.paths.folder), job.job_id]
+    start = time.monotonic()
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) for _ in range(10)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    took = time.monotonic() - start
+    assert [o.strip() for o in outs] == ["slept"] * 10
+    squeues = [c for c in log.read_text().splitlines() if c.startswith("squeue")]
+    # one per 2 s interval, plus the first ask (the job is new to the cache): what one waiter
+    # would cost; ten independent waiters at 0.2 s would have asked hundreds of times
+    assert len(squeues) <= took / 2 + 2, squeues
+    assert all("--user=" in c for c in squeues)

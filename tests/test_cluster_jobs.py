@@ -132,11 +132,7 @@ def test_a_container_that_cannot_start_fails_at_once_not_under_the_error_budget(
     """The test cluster has no pyxis, so `slurmkit sweep` refuses a container spec; the script
     it renders, submitted by hand with plain sbatch, meets the real srun's refusal of
     --container-image: cause `container`, one attempt, although the `error` budget is 2."""
-    import os
-    import subprocess
-    import time
-
-    from conftest import run_cli
+    from conftest import run_cli, sbatch_plain
 
     spec = tmp_path / "c.yaml"
     spec.write_text(
@@ -148,18 +144,7 @@ def test_a_container_that_cannot_start_fails_at_once_not_under_the_error_budget(
     script = run_cli("sweep", str(spec), "--dry-run", "--plain", cwd=tmp_path)
     assert script.returncode == 0, script.stderr
     (tmp_path / "c.sbatch").write_text(script.stdout)
-    job = subprocess.run(
-        ["sbatch", "--parsable", "c.sbatch"],
-        cwd=tmp_path,
-        env={**os.environ, "SLURMKIT_PYTHON": str(ROOT / ".venv" / "bin" / "python")},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    root = tmp_path / "runs" / "c" / f"sbatch-{job}"
-    end = time.time() + 60
-    while not (root / "trials.jsonl").exists() and time.time() < end:
-        time.sleep(0.5)
+    _, root = sbatch_plain(tmp_path, tmp_path / "c.sbatch", "c")
     final = wait_sweep(str(root), timeout=120)
     assert final["counts"] == {"FAILED": 1}
     tid = final["trials"][0]["id"]

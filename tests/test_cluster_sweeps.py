@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, ROOT, SLURMKIT, run_cli, slurm_submit, wait_sweep
+from conftest import PAYLOAD, SLURMKIT, run_cli, sbatch_plain, slurm_submit, wait_sweep
 from spec_examples import TRICKY
 
 from slurmkit.sweepstate import collect
@@ -181,19 +181,8 @@ def test_plain_sbatch_script_runs_as_rendered(slurm_cluster, tmp_path):
     proc = run_cli("sweep", "plain.yaml", "--dry-run", "--plain", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     script.write_text(proc.stdout)
-    env = {**os.environ, "SLURMKIT_PYTHON": str(ROOT / ".venv" / "bin" / "python")}
-    job = subprocess.run(
-        ["sbatch", "--parsable", str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    root = tmp_path / "runs" / "plain" / f"sbatch-{job}"
+    job, root = sbatch_plain(tmp_path, script, "plain")
     end = time.time() + 120
-    while not (root / "trials.jsonl").exists() and time.time() < end:
-        time.sleep(0.5)
     # no submission records: completion comes from the status files alone
     while time.time() < end and collect(str(root)).counts != {"COMPLETED": 3}:
         time.sleep(1)

@@ -30,6 +30,7 @@ def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
     text = "\n".join(outputs.values())
     assert "8 trials" in text and "{'COMPLETED': 8}" in text
     assert "{'loss': " in text  # fs.result(0)
+    assert "(1024, [1, 4, 9])" in text  # the executor's job.result()
     assert (tmp_path / "loss_vs_lr.png").stat().st_size > 1000
     assert len(list((tmp_path / "runs").glob("quickstart-*"))) == 1
     assert len(list((tmp_path / "runs").glob("fit-*"))) == 1

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, counted_queries
 
 from slurmkit.backends.base import TaskState
 from slurmkit.backends.pollcache import PollCache
@@ -109,12 +109,6 @@ def test_a_damaged_cache_is_asked_again(tmp_path):
     assert json.loads(Path(cache.path).read_text())["time"] > 0
 
 
-SHIM = """#!/bin/sh
-echo "$(basename "$0") $*" >> {log}
-exec {real} "$@"
-"""
-
-
 @pytest.mark.cluster
 def test_ten_concurrent_status_calls_ask_the_scheduler_once(slurm_cluster, tmp_path):
     """Ten `slurmkit status` processes at once on a running sweep, with PATH shims that log
@@ -123,20 +117,7 @@ def test_ten_concurrent_status_calls_ask_the_scheduler_once(slurm_cluster, tmp_p
 
     result = slurm_submit(tmp_path, "command: [sleep, '20']\nargs: none\nparams: {i: [1, 2]}\n")
     root = result["sweep_dir"]
-    log = tmp_path / "calls.log"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("squeue", "sacct"):
-        real = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
-        if real:
-            (bin_dir / tool).write_text(SHIM.format(log=log, real=real))
-            (bin_dir / tool).chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "SLURMKIT_POLL_INTERVAL": "30",
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-    }
+    log, env = counted_queries(tmp_path, 30)
     argv = [sys.executable, "-m", "slurmkit.cli", "status", root, "--json"]
     procs = [
         subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)

@@ -152,9 +152,7 @@ class SlurmBackend(Backend):
             answer = query(jobs)
         else:  # one query per interval for all of this user's pollers
             [owner] = owners
-            answer = pollcache.PollCache(owner, every).tasks(
-                jobs, lambda: user_tasks(owner), _sacct
-            )
+            answer = pollcache.PollCache(owner, every).tasks(jobs, lambda: user_tasks(owner), ended)
         return {
             i: LiveTask(f"{job}_{task}", answer.get((job, task)), False)
             for i, (job, task) in tasks.items()
@@ -349,9 +347,13 @@ def user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
+NOT_AN_ARRAY = -1  # the task id of a job that is no array (submitit's single jobs)
+
+
 def _squeue(selection: str) -> dict[tuple[str, int], TaskState]:
     """One ``squeue`` of every task that ``selection`` (``--jobs=...``, ``--user=...``) picks,
-    finished ones included (the controller keeps them for MinJobAge)."""
+    finished ones included (the controller keeps them for MinJobAge); a job that is no array
+    is task NOT_AN_ARRAY."""
     # Without --array: squeue 22.05 drops tasks when it expands a pending "1-19:2" record.
     proc = _run(["squeue", "--noheader", "--states=all", selection, "--format=%F|%K|%T|%r"])
     out: dict[tuple[str, int], TaskState] = {}
@@ -365,6 +367,8 @@ def _squeue(selection: str) -> dict[tuple[str, int], TaskState]:
             if len(parts) == 4 and parts[1][:1].isdigit():
                 for task in expand_array_spec(parts[1]):
                     out[(parts[0], task)] = TaskState(parts[2], parts[3])
+            elif len(parts) == 4 and parts[1] == "N/A":
+                out[(parts[0], NOT_AN_ARRAY)] = TaskState(parts[2], parts[3])
     return out
 
 
@@ -394,11 +398,12 @@ def query(job_ids: Iterable[str]) -> dict[tuple[str, int], TaskState]:
     seen = {job for job, _ in out}
     missing = [j for j in ids if j not in seen]
     if missing:
-        out.update(_sacct(missing))
+        out.update(ended(missing))
     return out
 
 
-def _sacct(ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+def ended(ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+    """How jobs gone from the queue ended, from accounting: one ``sacct`` ({} without it)."""
     if not available("sacct"):
         return {}
     proc = _run(
@@ -415,9 +420,10 @@ def _sacct(ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
     if proc.returncode != 0:
         return out
     for line in proc.stdout.splitlines():
-        m = re.match(r"^(\d+)_(\d+)\|([^|]*)\|(\d+):(\d+)$", line.strip())
+        m = re.match(r"^(\d+)(?:_(\d+))?\|([^|]*)\|(\d+):(\d+)$", line.strip())
         if m:
-            out[(m[1], int(m[2]))] = TaskState(m[3].split()[0], "", int(m[4]))
+            task = int(m[2]) if m[2] is not None else NOT_AN_ARRAY
+            out[(m[1], task)] = TaskState(m[3].split()[0], "", int(m[4]))
     return out
 
 
