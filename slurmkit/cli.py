@@ -434,6 +434,74 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("src", metavar="SRC")
+@click.argument("dst", metavar="DST", shell_complete=_dirs)
+@click.option("--verify", is_flag=True, help="Then read every file at DST again: checksums.")
+@click.option("--dry-run", is_flag=True, help="Say what would be copied; write nothing.")
+@click.option(
+    "--endpoint-url",
+    metavar="URL",
+    help="S3 endpoint of non-AWS storage (default: $AWS_ENDPOINT_URL).",
+)
+@click.option(
+    "--jobs", "-j", type=click.IntRange(1, 256), default=16, show_default=True, help="Threads."
+)
+@click.option(
+    "--part-size",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    metavar="MIB",
+    help="Files larger than this are fetched in ranged parts of this size.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
+@_guard
+def stage(
+    src: str,
+    dst: str,
+    verify: bool,
+    dry_run: bool,
+    endpoint_url: str | None,
+    jobs: int,
+    part_size: int,
+    as_json: bool,
+) -> None:
+    """Copy a dataset from SRC (s3://, gs://, https://, a path) to DST on the shared
+    filesystem, once: resumable, published whole with a manifest, one copier among many.
+
+    Files already complete at DST are skipped; a rerun after a kill goes on where it stopped.
+    Concurrent stagers of one DST (64 nodes) copy it once: the others wait and then use it.
+    Credentials come from AWS's usual environment, config files and profiles.
+
+    \b
+    Examples:
+      slurmkit stage s3://datasets/imagenet /mnt/data/imagenet
+      slurmkit stage s3://datasets/imagenet /mnt/data/imagenet --dry-run
+      slurmkit stage s3://datasets/imagenet /mnt/data/imagenet --verify --json
+      slurmkit stage s3://ds/c4 /mnt/data/c4 --endpoint-url https://cwobject.com
+    """
+    from . import stage as lib  # stage: fsspec and the S3 backend, only for this command
+
+    if verify and dry_run:
+        raise click.UsageError("--verify reads DST and --dry-run writes nothing: give one")
+    with lib.bar(sys.stderr.isatty() and not as_json) as reporter:
+        result = lib.stage(
+            src,
+            dst,
+            verify_after=verify,
+            dry_run=dry_run,
+            endpoint_url=endpoint_url,
+            jobs=jobs,
+            part_size=part_size << 20,
+            reporter=reporter,
+        )
+    if as_json:
+        _emit_json(result.as_dict())
+    else:
+        click.echo(result.text())
+
+
+@main.command()
 @click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option(
     "--json",

@@ -1,0 +1,566 @@
+"""`slurmkit stage` against a real S3 endpoint: moto's server on 127.0.0.1 (the app that
+`moto_server` and `ThreadedMotoServer` serve), reached through s3fs from a real `slurmkit`
+process. The server runs in this process, behind a WSGI layer that logs every request (so GETs
+are counted where they arrive) and can damage or drop chosen objects on their way out."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SLURMKIT
+
+from slurmkit import stage as lib
+from slurmkit.errors import UserError
+
+SECRET = "tEsT-sEcReT-9f8e7d6c5b4a"  # the secret key the stagers are given
+BUCKET = "data"
+PART_MIB = 4  # --part-size in the tests: the large files below take 4 and 7 parts
+SMALL = 1000
+
+
+class Server:
+    """moto's S3 app on a free loopback port, every request logged."""
+
+    def __init__(self) -> None:
+        import logging
+
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.app = DomainDispatcherApplication(create_backend_app)
+        self.log: list[tuple[str, str, str, str | None]] = []  # method, key, query, range
+        self.corrupt: set[str] = set()  # keys whose bodies lose a bit on the way out
+        self.gone: set[str] = set()  # keys answered 404, as if deleted after the listing
+        self.server = make_server(
+            "127.0.0.1", 0, self.wsgi, threaded=True, request_handler=MotoRequestHandler
+        )
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def wsgi(self, environ, start_response):
+        path = environ.get("PATH_INFO", "").lstrip("/")
+        key = path.partition("/")[2]
+        method = environ["REQUEST_METHOD"]
+        self.log.append((method, key, environ.get("QUERY_STRING", ""), environ.get("HTTP_RANGE")))
+        if method == "GET" and key in self.gone:
+            body = b"<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>"
+            start_response("404 Not Found", [("Content-Type", "application/xml")])
+            return [body]
+        body = self.app(environ, start_response)
+        if method == "GET" and key in self.corrupt:
+            data = bytearray(b"".join(body))
+            data[len(data) // 2] ^= 0x01
+            return [bytes(data)]
+        return body
+
+    def backend(self):
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        return s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+
+    def put(self, key: str, data: bytes) -> None:
+        self.backend().put_object(BUCKET, key, data)
+
+    def mark(self) -> int:
+        return len(self.log)
+
+    def gets(self, since: int = 0, prefix: str = "") -> list[tuple[str, str | None]]:
+        """The object GETs since ``since``: (key, range)."""
+        return [
+            (key, rng)
+            for method, key, _query, rng in self.log[since:]
+            if method == "GET" and key and key.startswith(prefix)
+        ]
+
+    def lists(self, since: int = 0) -> int:
+        return sum(1 for m, key, q, _ in self.log[since:] if m == "GET" and not key and "list" in q)
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = Server()
+    server.backend().create_bucket(BUCKET, "us-east-1")
+    yield server
+    server.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dataset(s3) -> dict[str, bytes]:
+    """ds/: 1,000 small files in 10 folders and two large ones (16 MiB, 24 MiB + 123 B)."""
+    rng = random.Random(13)
+    files = {f"d{i % 10}/f{i:04d}.bin": rng.randbytes(rng.randint(1, 4000)) for i in range(SMALL)}
+    files["large/a.bin"] = rng.randbytes(16 << 20)
+    files["large/b.bin"] = rng.randbytes((24 << 20) + 123)
+    for rel, data in files.items():
+        s3.put(f"ds/{rel}", data)
+    return files
+
+
+def env_for(s3: Server, tmp_path: Path) -> dict[str, str]:
+    """The stager's environment: the AWS chain points at the test server and secret only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return {
+        **env,
+        "AWS_ACCESS_KEY_ID": "stage-test-key",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3.url,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def stage_cmd(src: str, dst: Path, *args: str) -> list[str]:
+    return [*SLURMKIT, "stage", src, str(dst), "--part-size", str(PART_MIB), *args]
+
+
+def run_stage(env, src: str, dst: Path, *args: str, outputs: list | None = None):
+    proc = subprocess.run(
+        stage_cmd(src, dst, *args), capture_output=True, text=True, env=env, timeout=120
+    )
+    if outputs is not None:
+        outputs += [proc.stdout, proc.stderr]
+    return proc
+
+
+def assert_same(dst: Path, files: dict[str, bytes]) -> None:
+    """DST is published and holds exactly ``files``, and its manifest says so."""
+    found = lib.ready(str(dst))
+    assert found is not None
+    rows = {row["path"]: row for row in found["files"]}
+    assert set(rows) == set(files)
+    for rel, data in files.items():
+        assert (dst / rel).read_bytes() == data, rel
+        assert rows[rel]["size"] == len(data)
+        assert rows[rel]["checksum"] == f"crc32:{zlib.crc32(data):08x}"
+    on_disk = {
+        str(p.relative_to(dst)) for p in dst.rglob("*") if p.is_file() and p.name != lib.MANIFEST
+    }
+    assert on_disk == set(files)
+
+
+def assert_fetched_once(s3: Server, since: int, files: dict[str, bytes], prefix: str) -> None:
+    """Every object was fetched exactly once: a small one in one GET, a large one in ranged
+    parts that cover it without overlap."""
+    seen: dict[str, list[str | None]] = {}
+    for key, rng in s3.gets(since, prefix):
+        seen.setdefault(key[len(prefix) :], []).append(rng)
+    assert set(seen) == set(files)
+    for rel, data in files.items():
+        if len(data) <= PART_MIB << 20:
+            assert seen[rel] == [None], (rel, seen[rel])
+        else:
+            spans = sorted(tuple(map(int, r.split("=")[1].split("-"))) for r in seen[rel])
+            expected = [(a, b - 1) for a, b in lib.parts(len(data), PART_MIB << 20)]
+            assert spans == expected, rel
+
+
+def assert_no_secret(outputs: list[str], *dirs: Path) -> None:
+    for text in outputs:
+        assert SECRET not in text
+    for folder in dirs:
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert SECRET.encode() not in path.read_bytes(), path
+
+
+# ---- the pure parts ---------------------------------------------------------------------------
+
+
+def test_plan_skips_journaled_files_rechecks_unjournaled_ones_and_batches_the_rest():
+    e = lambda path, size, version="v1": lib.Entry(path, f"b/{path}", size, version)
+    source = [e("a", 10), e("b", 10), e("c", 10), e("d", 10, "v2"), e("big", 100), e("e", 60)]
+    journal = {
+        "a": lib.Record("a", 10, "v1", "crc32:0"),
+        "d": lib.Record("d", 10, "v1", "crc32:0"),  # an older version of d
+        "e": lib.Record("e", 10, "v1", "crc32:0"),  # journaled, but gone from the disk
+    }
+    present = {"a": 10, "b": 10, "d": 10}
+    todo = lib.plan(source, journal, present, part_size=64, batch_files=2)
+    assert [x.path for x in todo.skip] == ["a"]
+    assert [x.path for x in todo.recheck] == ["b"]  # renamed into place, not journaled
+    assert [[x.path for x in b] for b in todo.batches] == [["c", "d"], ["e"]]  # bytes, count
+    assert [x.path for x in todo.large] == ["big"]
+    assert lib.parts(100, 64) == [(0, 64), (64, 100)] and lib.parts(0, 64) == []
+
+
+def test_urls_are_checked_and_shown_without_credentials():
+    assert lib.public("https://user:pw@host/a/b?X-Amz-Signature=abc#f") == "https://host/a/b"
+    assert lib.public("s3://bucket/key") == "s3://bucket/key"
+    assert lib.source_protocol("s3://b/k") == "s3" and lib.source_protocol("gs://b/k") == "gcs"
+    assert lib.source_protocol("/data/x") == "file" and lib.source_protocol("file:///x") == "file"
+    for bad in ("ftp://host/x", "s3://", "simplecache::s3://b/k", ""):
+        with pytest.raises(UserError) as info:
+            lib.source_protocol(bad)
+        assert info.value.exit_code == 2
+    with pytest.raises(UserError, match="must be a path"):
+        lib.local_dst("s3://b/k")
+    found = {"b/ds/../x": {"size": 1, "type": "file"}}
+    with pytest.raises(UserError, match=r"s3://b/ds/\.\./x"):
+        lib.entries(found, "b/ds", "s3")
+
+
+def test_entries_take_the_listing_apart():
+    found = {
+        "b/ds/a.txt": {"size": 3, "ETag": '"0cc175b9c0f1b6a831c399e269772661"', "type": "file"},
+        "b/ds/sub/": {"size": 0, "type": "directory"},
+        "b/ds/sub/m": {"size": 9, "ETag": '"abc-2"', "type": "file"},  # multipart: no MD5
+    }
+    got = lib.entries(found, "b/ds", "s3")
+    assert [(x.path, x.size, x.version, x.md5) for x in got] == [
+        ("a.txt", 3, "0cc175b9c0f1b6a831c399e269772661", "0cc175b9c0f1b6a831c399e269772661"),
+        ("sub/m", 9, "abc-2", None),
+    ]
+    one = lib.entries({"b/ds/a.txt": found["b/ds/a.txt"]}, "b/ds/a.txt", "s3")
+    assert [x.path for x in one] == ["a.txt"]  # SRC names one object
+    rows = {"files": [{"path": "a.txt", "size": 3, "version": got[0].version}]}
+    assert lib.differences(got, rows) == ["sub/m: new at the source"]
+
+
+def test_import_stage_and_ready_need_no_fsspec(tmp_path):
+    code = (
+        "import sys, slurmkit.stage as s; assert s.ready(sys.argv[1]) is None; "
+        "assert 'fsspec' not in sys.modules and 'rich' not in sys.modules, sorted(sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+# ---- through a real S3 endpoint -----------------------------------------------------------------
+
+
+def test_stage_publishes_once_then_a_rerun_makes_no_get(s3, dataset, tmp_path):
+    env, dst, outputs = env_for(s3, tmp_path), tmp_path / "ds", []
+    start = s3.mark()
+    proc = run_stage(env, f"s3://{BUCKET}/ds", dst, "--json", outputs=outputs)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["files"] == summary["copied"] == len(dataset)
+    assert summary["bytes"] == sum(map(len, dataset.values())) and summary["skipped"] == 0
+    assert summary["source"] == f"s3://{BUCKET}/ds" and summary["destination"] == str(dst)
+    assert summary["published"] and summary["seconds"] > 0
+    assert proc.stderr == ""  # no terminal: no progress bar
+    assert_same(dst, dataset)
+    assert_fetched_once(s3, start, dataset, "ds/")
+    assert s3.lists(start) == 2  # 1,002 keys: two pages of 1,000
+    assert not lib.stage_dir(str(dst)).startswith(str(dst))
+    assert not os.path.exists(lib.stage_dir(str(dst)))  # nothing left beside DST
+
+    again = s3.mark()
+    proc = run_stage(env, f"s3://{BUCKET}/ds", dst, "--json", "--verify", outputs=outputs)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["copied"], summary["skipped"], summary["verified"]) == (0, 1002, 1002)
+    assert s3.gets(again) == [] and s3.lists(again) == 2
+
+    dry = run_stage(env, f"s3://{BUCKET}/ds", dst, "--dry-run", outputs=outputs)
+    assert dry.returncode == 0 and "would copy 0 of 1002" in dry.stdout
+
+    victim = dst / "d3" / "f0003.bin"  # damaged after publishing: --verify says so
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    bad = run_stage(env, f"s3://{BUCKET}/ds", dst, "--verify", outputs=outputs)
+    assert bad.returncode == 1
+    assert f"{victim}: checksum mismatch" in bad.stderr and "Traceback" not in bad.stderr
+    assert_no_secret(outputs, tmp_path)
+
+
+def journaled(work: Path) -> int:
+    try:
+        return (work / "journal.jsonl").read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def kill_at(proc: subprocess.Popen, work: Path, rng: random.Random, early: bool) -> None:
+    """SIGKILL ``proc`` at a random point: ``early``, a random time after its start (while it
+    starts, lists or fetches its first files); else once a random number (1-200) of files more
+    is finished, plus a random few milliseconds (mid-file, mid-batch, mid-journal)."""
+    if early:
+        time.sleep(rng.uniform(0.1, 1.0))
+    else:
+        target = journaled(work) + rng.randint(1, 200)
+        deadline = time.monotonic() + 30
+        while journaled(work) < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.03))
+    proc.send_signal(signal.SIGKILL)
+
+
+def test_sigkill_at_random_points_never_recopies_a_finished_file(s3, dataset, tmp_path):
+    env, dst, outputs = env_for(s3, tmp_path), tmp_path / "ds", []
+    work = Path(lib.stage_dir(str(dst)))
+    rng = random.Random(int(os.environ.get("STAGE_KILL_SEED", "20")))
+    exposed: list[str] = []
+    watching = threading.Event()
+
+    def watch() -> None:  # DST is absent or whole, at every moment
+        while not watching.is_set():
+            if dst.exists() and lib.ready(str(dst)) is None:
+                exposed.append("DST without its manifest")
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    finished_before: list[tuple[int, set[str]]] = []  # (log mark, files finished by then)
+    kills = 0
+    for early in (True, False, False, True, False):
+        proc = subprocess.Popen(
+            stage_cmd(f"s3://{BUCKET}/ds", dst, "--json"),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        kill_at(proc, work, rng, early)
+        out, err = proc.communicate()
+        outputs += [out, err]
+        kills += proc.returncode == -signal.SIGKILL
+        assert not dst.exists() or lib.ready(str(dst)) is not None
+        data = work / "data"
+        finished = {
+            str(p.relative_to(data))
+            for p in data.rglob("*")
+            if p.is_file() and lib.PART not in p.name
+        }
+        finished_before.append((s3.mark(), finished))
+    last = run_stage(env, f"s3://{BUCKET}/ds", dst, "--json", outputs=outputs)
+    watching.set()
+    watcher.join()
+    assert last.returncode == 0, last.stderr
+    assert kills == 5  # every run was killed before it ended
+    assert not exposed
+    assert_same(dst, dataset)
+    assert json.loads(last.stdout)["skipped"] >= len(finished_before[-1][1])
+    for mark, finished in finished_before:
+        again = {key[3:] for key, _ in s3.gets(mark, "ds/")} & finished
+        assert not again, f"fetched again after they were finished: {sorted(again)[:5]}"
+    assert_no_secret(outputs, tmp_path)
+
+
+def test_two_concurrent_stagers_fetch_each_object_once(s3, dataset, tmp_path):
+    env, dst = env_for(s3, tmp_path), tmp_path / "ds"
+    start = s3.mark()
+    procs = [
+        subprocess.Popen(
+            stage_cmd(f"s3://{BUCKET}/ds", dst, "--json"),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    done = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in done]
+    (waiter, waited), (publisher, _) = sorted(
+        ((json.loads(out), err) for out, err in done), key=lambda r: r[0]["published"]
+    )
+    assert publisher["published"] and publisher["copied"] == len(dataset)
+    assert not waiter["published"] and waiter["waited"] and waiter["copied"] == 0
+    assert waiter["skipped"] == len(dataset) and "waiting:" in waited
+    assert_same(dst, dataset)
+    assert_fetched_once(s3, start, dataset, "ds/")
+    assert_no_secret([text for pair in done for text in pair], tmp_path)
+
+
+def test_a_corrupted_object_is_an_error_that_names_it(s3, tmp_path):
+    env, outputs = env_for(s3, tmp_path), []
+    rng = random.Random(5)
+    small = {"ok1.bin": rng.randbytes(100), "bad.bin": rng.randbytes(300), "ok2.bin": b"x"}
+    for rel, data in small.items():
+        s3.put(f"bad-small/{rel}", data)
+    s3.put("bad-large/big.bin", rng.randbytes((PART_MIB << 20) * 3 + 7))
+    s3.corrupt |= {"bad-small/bad.bin", "bad-large/big.bin"}
+    try:
+        for prefix, name in (("bad-small", "bad.bin"), ("bad-large", "big.bin")):
+            dst = tmp_path / prefix
+            proc = run_stage(env, f"s3://{BUCKET}/{prefix}", dst, outputs=outputs)
+            assert proc.returncode == 1, proc.stderr
+            assert f"s3://{BUCKET}/{prefix}/{name}: checksum mismatch" in proc.stderr
+            assert "Traceback" not in proc.stderr
+            assert not dst.exists()  # nothing published
+    finally:
+        s3.corrupt.clear()
+    start = s3.mark()  # mended: the rerun fetches only what was not finished
+    proc = run_stage(env, f"s3://{BUCKET}/bad-small", tmp_path / "bad-small", outputs=outputs)
+    assert proc.returncode == 0, proc.stderr
+    assert_same(tmp_path / "bad-small", small)
+    assert {k for k, _ in s3.gets(start)} <= {f"bad-small/{r}" for r in small}
+    assert "bad-small/bad.bin" in {k for k, _ in s3.gets(start)}
+    assert_no_secret(outputs, tmp_path)
+
+
+def test_a_missing_object_is_an_error_that_names_it(s3, tmp_path):
+    env, outputs = env_for(s3, tmp_path), []
+    s3.put("gone/a.bin", b"a" * 10)
+    s3.put("gone/b.bin", b"b" * 10)
+    s3.gone.add("gone/b.bin")  # listed, then deleted
+    try:
+        proc = run_stage(env, f"s3://{BUCKET}/gone", tmp_path / "g", "--json", outputs=outputs)
+    finally:
+        s3.gone.clear()
+    assert proc.returncode == 1
+    error = json.loads(proc.stderr)
+    assert (
+        error["exit_code"] == 1
+        and f"s3://{BUCKET}/gone/b.bin: no such object" in (error["error"]["message"])
+    )
+    assert not (tmp_path / "g").exists()
+    for src in (f"s3://{BUCKET}/no-such-prefix", f"s3://{BUCKET}/gone/nope.bin", "s3://nobucket/x"):
+        proc = run_stage(env, src, tmp_path / "m", outputs=outputs)
+        assert proc.returncode == 1, (src, proc.stderr)
+        assert f"error: {src}: no such object or prefix" in proc.stderr
+    assert_no_secret(outputs, tmp_path)
+
+
+def test_dry_run_says_what_it_would_copy_and_writes_nothing(s3, dataset, tmp_path):
+    env, dst = env_for(s3, tmp_path), tmp_path / "ds"
+    start = s3.mark()
+    proc = run_stage(env, f"s3://{BUCKET}/ds", dst, "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["dry_run"] and len(summary["to_copy"]) == len(dataset)
+    assert {r["path"]: r["size"] for r in summary["to_copy"]} == {
+        k: len(v) for k, v in dataset.items()
+    }
+    assert s3.gets(start) == [] and list(tmp_path.iterdir()) == []
+    text = run_stage(env, f"s3://{BUCKET}/ds", dst, "--dry-run")
+    assert text.returncode == 0 and "would copy 1002 of 1002 file(s)" in text.stdout
+    assert "nothing was written" in text.stdout and list(tmp_path.iterdir()) == []
+
+
+def test_a_published_dataset_is_never_changed_in_place(s3, tmp_path):
+    env = env_for(s3, tmp_path)
+    s3.put("v/a.bin", b"one")
+    assert run_stage(env, f"s3://{BUCKET}/v", tmp_path / "v").returncode == 0
+    s3.put("v/a.bin", b"two")
+    proc = run_stage(env, f"s3://{BUCKET}/v", tmp_path / "v")
+    assert proc.returncode == 1 and "a.bin: changed at the source" in proc.stderr
+    assert (tmp_path / "v" / "a.bin").read_bytes() == b"one"
+
+
+def test_usage_errors_exit_2_and_a_local_source_stages(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("alpha")
+    (src / "sub" / "b.txt").write_text("beta" * 1000)
+    for args, text in (
+        (["ftp://host/x", str(tmp_path / "d")], "unsupported URL scheme 'ftp://'"),
+        ([str(src), "s3://bucket/x"], "DST: must be a path on this machine's filesystem"),
+        ([str(src), str(tmp_path / "d"), "--verify", "--dry-run"], "give one"),
+    ):
+        proc = subprocess.run([*SLURMKIT, "stage", *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and text in proc.stderr, proc.stderr
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "mine.txt").write_text("not a dataset")
+    proc = subprocess.run(
+        [*SLURMKIT, "stage", str(src), str(taken)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "is not a dataset slurmkit staged" in proc.stderr
+    dst = tmp_path / "local"
+    proc = subprocess.run(
+        [*SLURMKIT, "stage", f"file://{src}", str(dst), "--part-size", "1", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert_same(dst, {"a.txt": b"alpha", "sub/b.txt": b"beta" * 1000})
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path):
+    import pty
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.bin").write_bytes(os.urandom(3 << 20))
+    leader, follower = pty.openpty()
+    proc = subprocess.run(
+        [*SLURMKIT, "stage", str(src), str(tmp_path / "dst"), "--part-size", "1"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        text=True,
+        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"},
+    )
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert proc.returncode == 0 and "staged 1 file(s)" in proc.stdout
+    assert b"staging" in drawn and b"MB" in drawn  # bytes and bytes/s
+
+
+@pytest.mark.slow
+def test_twenty_kills_with_large_files(s3, tmp_path):
+    """The issue's proof at full size: 1,000 small files and two of 256 MiB, default part size,
+    SIGKILL at 20 random points."""
+    rng = random.Random(256)
+    files = {f"s/{i}.bin": rng.randbytes(rng.randint(1, 2000)) for i in range(SMALL)}
+    files |= {"big/x.bin": os.urandom(256 << 20), "big/y.bin": os.urandom(256 << 20)}
+    for rel, data in files.items():
+        s3.put(f"full/{rel}", data)
+    env, dst = env_for(s3, tmp_path), tmp_path / "full"
+    work = Path(lib.stage_dir(str(dst)))
+    marks = []
+    for _ in range(20):
+        proc = subprocess.Popen(
+            [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.8, 3.0))
+        proc.kill()
+        proc.wait()
+        assert not dst.exists() or lib.ready(str(dst)) is not None
+        data = work / "data"
+        done = {
+            str(p.relative_to(data))
+            for p in data.rglob("*")
+            if p.is_file() and lib.PART not in p.name
+        }
+        marks.append((s3.mark(), done))
+    proc = subprocess.run(
+        [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst)], env=env, capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert_same(dst, files)
+    for mark, done in marks:
+        assert not {key[5:] for key, _ in s3.gets(mark, "full/")} & done
+
+
+def test_the_stage_directory_is_named_beside_dst():
+    assert lib.stage_dir("/mnt/data/ds") == "/mnt/data/.ds.slurmkit-stage"
+    assert lib.stage_dir("/mnt/data/ds/") == "/mnt/data/.ds.slurmkit-stage"
+
+
+def test_readme_documents_stage():
+    text = (ROOT / "README.md").read_text()
+    assert "## Hot data: slurmkit stage" in text and "| `slurmkit stage SRC DST`" in text
