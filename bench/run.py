@@ -8,7 +8,9 @@ Targets (from the issues): submit of 10,000 trials <= 0.5 s and >= 10x faster th
 map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slurmkit --help`
 <= 1.5x `python -c "import click"`; local backend <= 50 ms overhead per trial; `import slurmkit`
 <= 1.5x `import submitit`; a function sweep of 1,000 trials no slower than submitit's
-map_array of the same; slurmkit.executor's map_array(1000) <= 1.2x submitit's.
+map_array of the same; slurmkit.executor's map_array(1000) <= 1.2x submitit's; `slurmkit stage`
+of 1,000 small files from a local S3 server no slower than fsspec's `fs.get(recursive=True)`,
+at most one GET per object (plus one LIST per 1,000 keys), and no GET over a complete DST.
 """
 
 from __future__ import annotations
@@ -280,12 +282,118 @@ print(jobs[0].job_id.split("_")[0])
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _s3_server(tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """moto's S3 server (moto[server]) in a process of its own on a free loopback port, its
+    request log (one line per request, on its stderr) in a file."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp / "s3.log"
+    server = subprocess.Popen(
+        [PY, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            break
+        except urllib.error.HTTPError:  # it answers
+            break
+        except OSError:
+            time.sleep(0.05)
+    return server, url, log
+
+
+def _requests(log: Path, since: int) -> tuple[int, int, int]:
+    """(object GETs, LISTs, lines) in the server's log from line ``since`` on."""
+    import re
+
+    lines = log.read_text(errors="replace").splitlines()
+    gets = lists = 0
+    for line in lines[since:]:
+        m = re.search(r'"(?:\x1b\[[0-9;]*m)*GET (\S+) HTTP', line)
+        if m is None:
+            continue
+        path = m.group(1)
+        if "list-type=" in path:
+            lists += 1
+        elif path.strip("/").count("/") >= 1:
+            gets += 1
+    return gets, lists, len(lines)
+
+
+def bench_stage(repeat: int, n: int = 1000) -> None:
+    """`slurmkit stage` of n small files from a local S3 server against fsspec's plain
+    `fs.get(src, dst, recursive=True)` of the same (both fresh processes, same server, same
+    run), the GETs counted on the server; then a rerun over the complete DST."""
+    repeat = min(repeat, 3)
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    server, url, log = _s3_server(tmp)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": url,
+        "AWS_CONFIG_FILE": str(tmp / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    try:
+        upload = (
+            "import os, random, s3fs\n"
+            "fs = s3fs.S3FileSystem(); fs.mkdir('bench')\n"
+            "rng = random.Random(0)\n"
+            f"fs.pipe({{f'bench/small/d{{i % 10}}/f{{i}}.bin': rng.randbytes(rng.randint(1, 4000))"
+            f" for i in range({n})}})\n"
+        )
+        run([PY, "-c", upload], env=env)
+        get = (
+            "import s3fs, sys; s3fs.S3FileSystem().get('bench/small', sys.argv[1], recursive=True)"
+        )
+        ours: list[float] = []
+        base: list[float] = []
+        counts: list[tuple[int, int]] = []
+        for i in range(repeat):
+            dst = tmp / f"ours-{i}"
+            mark = _requests(log, 0)[2]
+            ours += timed(
+                lambda d=dst: run([*SLURMKIT, "stage", "s3://bench/small", str(d)], env=env), 1
+            )
+            counts.append(_requests(log, mark)[:2])
+            base += timed(lambda i=i: run([PY, "-c", get, str(tmp / f"get-{i}")], env=env), 1)
+        row(f"stage {n} small files (S3, moto)", ours, base, "fs.get(recursive=True)", "no slower")
+        gets, lists = counts[-1]
+        print(f"{'  requests per stage':<34} {gets} GETs for {n} objects, {lists} LIST(s)")
+        dst = tmp / "ours-0"
+        mark = _requests(log, 0)[2]
+        again = timed(
+            lambda: run([*SLURMKIT, "stage", "s3://bench/small", str(dst)], env=env), repeat
+        )
+        gets, lists, _ = _requests(log, mark)
+        row("stage again, DST complete", again, ours, "the first stage", "no GET")
+        print(
+            f"{'  requests per rerun':<34} {gets / repeat:.0f} GETs, {lists / repeat:.0f} LIST(s)"
+        )
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 BENCHES = {
     "help": bench_help,
     "local": bench_local,
     "submit": bench_submit_status,
     "lock": bench_lock,
     "notebook": bench_notebook,
+    "stage": bench_stage,
 }
 
 
