@@ -87,11 +87,16 @@ def _over_open_file(root: Path):
 
 
 @pytest.mark.cluster
-def test_a_checkpointable_function_requeued_resumes_with_the_same_result(slurm_cluster, tmp_path):
-    """A submitit Checkpointable on the real cluster: `scontrol requeue` while it runs; the
-    trial checkpoints (its state is the object), is requeued, resumes from the checkpoint, and
-    returns what an uninterrupted run returns."""
+@pytest.mark.parametrize("how", ["scontrol requeue", "partition preemption"])
+def test_a_checkpointable_function_interrupted_resumes_with_the_same_result(
+    slurm_cluster, tmp_path, how
+):
+    """A submitit Checkpointable on the real cluster, interrupted while it runs by `scontrol
+    requeue` or by a job of the higher partition: the trial checkpoints (its state is the
+    object), is requeued, resumes from the checkpoint, and returns what an uninterrupted run
+    returns."""
     from submitit.helpers import Checkpointable
+    from test_cluster_requeue import finish
 
     class Count(Checkpointable):
         def __init__(self) -> None:
@@ -105,27 +110,38 @@ def test_a_checkpointable_function_requeued_resumes_with_the_same_result(slurm_c
                 time.sleep(0.1)
             return {"total": self.total, "attempt": int(os.environ["SLURMKIT_ATTEMPT"])}
 
+    pinned = {"partition": "low", "extra": {"nodelist": "n3", "exclusive": True}}
     sw = slurmkit.sweep_fn(
-        Count(), {"steps": [120]}, backend="slurm", output_root=str(tmp_path / "runs")
+        Count(),
+        {"steps": [120]},
+        backend="slurm",
+        output_root=str(tmp_path / "runs"),
+        **({"resources": pinned} if how == "partition preemption" else {}),
     )
     root = sw.sweep_dir
     end = time.time() + 60
     while time.time() < end and sw.status().counts.get("RUNNING") != 1:
         time.sleep(0.3)
     time.sleep(3)
-    attempt = json.loads(next(Path(root, "trials").glob("*/status.json")).read_text())["attempts"][
-        0
-    ]
-    slurm_cluster.run(
-        "scontrol", "requeue", f"{attempt['array_job_id']}_{attempt['array_task_id']}"
-    )
-    from test_cluster_requeue import finish
-
+    status_file = next(Path(root, "trials").glob("*/status.json"))
+    attempt = json.loads(status_file.read_text())["attempts"][0]
+    if how == "scontrol requeue":
+        ref = f"{attempt['array_job_id']}_{attempt['array_task_id']}"
+        slurm_cluster.run("scontrol", "requeue", ref)
+    else:
+        slurm_cluster.sbatch(
+            "--partition=high",
+            "--nodelist=n3",
+            "--exclusive",
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 3",
+        )
     final = finish(slurm_cluster, root)
     assert final["counts"] == {"COMPLETED": 1}
     value = sw.result(0)
     assert value["total"] == sum(range(120)) and value["attempt"] == 2
     assert "resuming" in sw.logs(0) and not list(Path(root, "trials").glob("*/checkpoint.pkl"))
-    status = json.loads(next(Path(root, "trials").glob("*/status.json")).read_text())
+    status = json.loads(status_file.read_text())
     assert [a.get("cause") for a in status["attempts"]] == ["preemption", None]
     assert wait_sweep(root)["counts"] == {"COMPLETED": 1}

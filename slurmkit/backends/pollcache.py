@@ -21,12 +21,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..core.arrays import compress, expand_array_spec
 from ..core.fsutil import atomic_write_json
 from ..core.lock import Lock
 from .base import TaskState
 
 DEFAULT_INTERVAL = 10.0
-KEEP_GONE = 50_000  # ended jobs' answers kept (oldest dropped first)
+KEEP_GONE = 10_000  # ended jobs whose answers are kept (oldest dropped first)
 
 Answer = dict[tuple[str, int], TaskState]
 UserQuery = Callable[[], Answer]  # one squeue over all of the user's jobs
@@ -48,15 +49,25 @@ def directory() -> str:
     return os.path.join(base, "slurmkit")
 
 
-def _encode(answer: Answer) -> dict[str, list[Any]]:
-    return {f"{job}_{task}": [s.state, s.reason, s.exit_code] for (job, task), s in answer.items()}
+def _encode(answer: Answer) -> dict[str, list[list[Any]]]:
+    """``{job: [[TASKS, state, reason, exit_code], ...]}``: the tasks of one job in one state
+    as an array spec ("0-9999"; "" for a job that is no array), as compact as squeue's own."""
+    groups: dict[str, dict[tuple[str, str, int | None], list[int]]] = {}
+    for (job, task), s in answer.items():
+        groups.setdefault(job, {}).setdefault((s.state, s.reason, s.exit_code), []).append(task)
+    return {
+        job: [["" if tasks == [-1] else compress(tasks), *key] for key, tasks in by.items()]
+        for job, by in groups.items()
+    }
 
 
-def _decode(data: dict[str, list[Any]]) -> Answer:
+def _decode(data: dict[str, list[list[Any]]], jobs: set[str]) -> Answer:
+    """The tasks of ``jobs`` only (the cache holds all of the user's)."""
     out: Answer = {}
-    for key, (state, reason, code) in data.items():
-        job, _, task = key.rpartition("_")
-        out[(job, int(task))] = TaskState(state, reason, code)
+    for job in jobs & data.keys():
+        for spec, state, reason, code in data[job]:
+            for task in expand_array_spec(spec) if spec else [-1]:
+                out[(job, task)] = TaskState(state, reason, code)
     return out
 
 
@@ -88,13 +99,11 @@ class PollCache:
         data = self._read()
         if not self._fresh(data) or self._missing(data, wanted):
             data = self._refresh(wanted, ask_user, ask_gone)
-        live, gone = _decode(data["live"]), _decode(data["gone"])
-        return {key: s for key, s in {**gone, **live}.items() if key[0] in wanted}
+        return {**_decode(data["gone"], wanted), **_decode(data["live"], wanted)}
 
     @staticmethod
     def _missing(data: dict[str, Any], wanted: set[str]) -> set[str]:
-        known = {key.rpartition("_")[0] for key in (*data["live"], *data["gone"])}
-        return wanted - known - set(data.get("asked_gone", []))
+        return wanted - data["live"].keys() - data["gone"].keys() - set(data.get("asked_gone", []))
 
     def _refresh(self, wanted: set[str], ask_user: UserQuery, ask_gone: GoneQuery) -> Any:
         os.makedirs(self.root, exist_ok=True)
@@ -102,21 +111,20 @@ class PollCache:
             data = self._read()  # another caller may have asked meanwhile
             if self._fresh(data) and not self._missing(data, wanted):
                 return data
-            live = ask_user()
+            live = _encode(ask_user())
             taken = time.time()
-            gone = _decode(data["gone"])
+            gone: dict[str, list[list[Any]]] = data["gone"]
             asked = set(data.get("asked_gone", []))
-            seen = {job for job, _ in live}
-            ended = sorted(wanted - seen - {job for job, _ in gone} - asked)
+            ended = sorted(wanted - live.keys() - gone.keys() - asked)
             if ended:
-                gone.update(ask_gone(ended))
-                asked |= set(ended) - {job for job, _ in gone}  # accounting knows nothing
-            for key in list(gone)[: max(0, len(gone) - KEEP_GONE)]:
-                del gone[key]
+                gone = {**gone, **_encode(ask_gone(ended))}
+                asked |= set(ended) - gone.keys()  # accounting knows nothing of them
+            for job in list(gone)[: max(0, len(gone) - KEEP_GONE)]:  # oldest first
+                del gone[job]
             data = {
                 "time": taken,
-                "live": _encode(live),
-                "gone": _encode(gone),
+                "live": live,
+                "gone": gone,
                 "asked_gone": sorted(asked)[-KEEP_GONE:],
             }
             atomic_write_json(self.path, data, fsync=False)

@@ -12,7 +12,6 @@ their own.
 
 from __future__ import annotations
 
-import logging
 import re
 import subprocess
 from collections.abc import Callable
@@ -21,8 +20,6 @@ from typing import Any
 
 from ..core.arrays import expand_array_spec
 from .base import TaskState
-
-log = logging.getLogger("slurmkit")
 
 Answer = dict[tuple[str, int], TaskState]
 
@@ -75,7 +72,11 @@ def choice(
     if not _chosen:
         module = (importer or _import)()
         made = decide(module, (version or libslurm_version)() if module is not None else None)
-        log.info("slurmkit: scheduler queries through %s: %s", made.name, made.why)
+        import logging  # ~4 ms: paid once, when the choice is made
+
+        logging.getLogger("slurmkit").info(
+            "slurmkit: scheduler queries through %s: %s", made.name, made.why
+        )
         _chosen.append(made)
     return _chosen[0]
 
