@@ -91,10 +91,11 @@ class Plan:
     recheck: list[Entry] = field(default_factory=list)  # there, not journaled: checked locally
     batches: list[list[Entry]] = field(default_factory=list)  # small files, fetched whole
     large: list[Entry] = field(default_factory=list)  # fetched in ranged parts
+    whole: list[Entry] = field(default_factory=list)  # streamed to disk in one GET
 
     @property
     def fetch(self) -> list[Entry]:
-        return [e for batch in self.batches for e in batch] + self.large
+        return [e for batch in self.batches for e in batch] + self.large + self.whole
 
 
 @dataclass
@@ -265,12 +266,14 @@ def plan(
     present: Mapping[str, int],
     part_size: int = PART_SIZE,
     batch_files: int = BATCH_FILES,
+    ranges: bool = True,
 ) -> Plan:
     """What to do with each source file, given the journal of finished files and the sizes of
     the files already in the stage directory: skip a journaled file of the same size and
     version, check again locally one that is there at its size but not journaled, and fetch
     the rest (smaller than ``part_size``: in batches of at most ``batch_files`` files and
-    ``part_size`` bytes; others in ranged parts)."""
+    ``part_size`` bytes; others in ranged parts, or streamed whole where the server takes no
+    byte ranges, as is a file of unknown size)."""
     out = Plan()
     batch: list[Entry] = []
     batch_bytes = 0
@@ -284,10 +287,13 @@ def plan(
         if have is not None and done is None and e.size is not None and e.size == have:
             out.recheck.append(e)
             continue
-        if e.size is not None and e.size > part_size:
+        if e.size is None or (e.size > part_size and not ranges):
+            out.whole.append(e)
+            continue
+        if e.size > part_size:
             out.large.append(e)
             continue
-        size = e.size or 0
+        size = e.size
         if batch and (len(batch) >= batch_files or batch_bytes + size > part_size):
             out.batches.append(batch)
             batch, batch_bytes = [], 0
@@ -652,7 +658,9 @@ class _Copy:
     def run(self) -> None:
         data, journal, present = _scan(self.work)
         os.makedirs(data, exist_ok=True)
-        todo = plan(self.listing, journal, present, self.part_size)
+        big = next((e for e in self.listing if (e.size or 0) > self.part_size), None)
+        ranges = big is None or _ranges_ok(self.fs, self.protocol, big.url)
+        todo = plan(self.listing, journal, present, self.part_size, ranges=ranges)
         self.data = data
         self.journal_fd = os.open(
             os.path.join(self.work, "journal.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
@@ -665,9 +673,10 @@ class _Copy:
                     if not ok
                 ]
                 if again:  # there but wrong: fetch them again
-                    extra = plan(again, {}, {}, self.part_size)
+                    extra = plan(again, {}, {}, self.part_size, ranges=ranges)
                     todo.batches += extra.batches
                     todo.large += extra.large
+                    todo.whole += extra.whole
                 self.result.skipped = len(self.listing) - len(todo.fetch)
                 self.reporter.start(sum(e.size or 0 for e in todo.fetch), len(todo.fetch))
                 window = threading.BoundedSemaphore(2 * self.jobs)
@@ -685,6 +694,8 @@ class _Copy:
 
                 for e in todo.large:
                     self._large(e, submit)
+                for e in todo.whole:
+                    submit(self._whole, e)
                 for batch in todo.batches:
                     submit(self._batch, batch)
                 for future in futures:
@@ -798,6 +809,34 @@ class _Copy:
                 raise _Failed(f"{self._where(e)}: cannot write {path}: {_said(exc)}") from None
             self.reporter.advance(len(got))
 
+    def _whole(self, e: Entry) -> None:
+        """Stream one file to disk in one GET (no byte ranges, or no size known), then sum it."""
+        path, tmp = self._target(e)
+        try:
+            try:
+                self.fs.get_file(e.url, tmp)
+            except FileNotFoundError:
+                raise _Failed(
+                    f"{self._where(e)}: no such object (it was listed, then gone)"
+                ) from None
+            except Exception as exc:
+                raise _Failed(f"{self._where(e)}: copy failed: {_said(exc)}") from None
+            digest = hashlib.md5(usedforsecurity=False) if e.md5 else None
+            size, crc = 0, 0
+            with open(tmp, "rb") as fh:
+                while chunk := fh.read(8 << 20):
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+                    if digest is not None:
+                        digest.update(chunk)
+            self._check(e, size, digest.hexdigest() if digest else None)
+            self._done(e, size, crc, tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self.reporter.advance(size)
+
     def _large(self, e: Entry, submit: Callable[..., bool]) -> None:
         """Fetch one large file in ranged parts on the pool (the last part to land finishes
         it): each part is written at its offset, its CRC combined, the MD5 fed in order."""
@@ -842,7 +881,9 @@ class _Copy:
                     return
                 got = self.fs.cat_file(e.url, start=start, end=end)
                 if len(got) != end - start:
-                    raise _Failed(f"{self._where(e)}: bytes {start}-{end} came back short")
+                    raise _Failed(
+                        f"{self._where(e)}: bytes {start}-{end} came back as {len(got)} bytes"
+                    )
                 os.pwrite(fd, got, start)
                 crcs[index] = zlib.crc32(got)
             except FileNotFoundError:
@@ -872,6 +913,25 @@ class _Copy:
                 for _ in range(index, len(ranges)):
                     settle(None, False)
                 return
+
+
+def _ranges_ok(fs: Any, protocol: str, url: str) -> bool:
+    """Whether the server answers byte ranges (object stores do; some web servers do not):
+    asked of http(s) servers with a one-byte range, the response left unread."""
+    if protocol not in ("http", "https"):
+        return True
+    from fsspec.asyn import sync
+
+    async def probe() -> bool:
+        session = await fs.set_session()
+        headers = {**fs.kwargs.get("headers", {}), "Range": "bytes=0-0"}
+        async with session.get(fs.encode_url(url), headers=headers) as response:
+            return bool(response.status == 206)
+
+    try:
+        return bool(sync(fs.loop, probe))
+    except Exception:
+        return False
 
 
 def _fetch_many(fs: Any, urls: list[str]) -> list[Any]:

@@ -200,6 +200,8 @@ def test_plan_skips_journaled_files_rechecks_unjournaled_ones_and_batches_the_re
     assert [[x.path for x in b] for b in todo.batches] == [["c", "d"], ["e"]]  # bytes, count
     assert [x.path for x in todo.large] == ["big"]
     assert lib.parts(100, 64) == [(0, 64), (64, 100)] and lib.parts(0, 64) == []
+    plain = lib.plan([e("big", 100), e("unknown", None)], {}, {}, part_size=64, ranges=False)
+    assert [x.path for x in plain.whole] == ["big", "unknown"] and not plain.large
 
 
 def test_urls_are_checked_and_shown_without_credentials():
@@ -486,6 +488,35 @@ def test_usage_errors_exit_2_and_a_local_source_stages(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert_same(dst, {"a.txt": b"alpha", "sub/b.txt": b"beta" * 1000})
+
+
+def test_an_https_style_url_stages_one_file_and_its_query_stays_out(tmp_path):
+    """A web server without byte ranges (Python's own): the file is streamed whole; the
+    URL's query (a presigned URL's signature) is used, never written or printed."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "www").mkdir()
+    blob = os.urandom((2 << 20) + 5)
+    (tmp_path / "www" / "blob.bin").write_bytes(blob)
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/blob.bin"
+        dst = tmp_path / "web"
+        proc = subprocess.run(
+            [*SLURMKIT, "stage", f"{url}?X-Amz-Signature={SECRET}", str(dst), "--part-size", "1"],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert_same(dst, {"blob.bin": blob})
+    assert lib.ready(str(dst))["source"] == url
+    assert_no_secret([proc.stdout, proc.stderr], dst)
 
 
 def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path):
