@@ -49,6 +49,19 @@ def timed(fn: Callable[[], object], repeat: int) -> list[float]:
     return out
 
 
+def timed_pair(
+    fn: Callable[[], object], other: Callable[[], object], repeat: int
+) -> tuple[list[float], list[float]]:
+    """``timed`` of two commands, alternating: a load that comes and goes on the machine
+    falls on both sides alike, not on whichever block ran second."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(repeat):
+        a += timed(fn, 1)
+        b += timed(other, 1)
+    return a, b
+
+
 def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if proc.returncode != 0:
@@ -71,18 +84,16 @@ def row(
 
 
 def bench_help(repeat: int) -> None:
-    ours = timed(
-        lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(ROOT), cwd=NEUTRAL), repeat
-    )
+    def helped(tree: Path) -> Callable[[], object]:
+        return lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(tree), cwd=NEUTRAL)
+
+    ours = timed(helped(ROOT), repeat)
     base = timed(lambda: run([PY, "-c", "import click"]), repeat)
     bare = timed(lambda: run([PY, "-c", "pass"]), repeat)
     row("slurmkit --help", ours, base, "python -c 'import click'", "<= 1.5x")
     if BEFORE is not None:
-        before = timed(
-            lambda: run([PY, "-m", "slurmkit.cli", "--help"], env=tree_env(BEFORE), cwd=NEUTRAL),
-            repeat,
-        )
-        row("slurmkit --help", ours, before, "before", "no slower")
+        now, before = timed_pair(helped(ROOT), helped(BEFORE), repeat)
+        row("slurmkit --help", now, before, "before (alternating)", "no slower")
     row("(python -c pass, for scale)", bare, None, "", "-")
 
 
@@ -144,10 +155,11 @@ def bench_submit_status(repeat: int, n: int = 10_000) -> None:
         result = json.loads(proc.stdout)
         dirs.append(result["sweep_dir"])
 
-    ours = timed(submit, repeat)
     if BEFORE is not None:
-        before = timed(lambda: submit(BEFORE), repeat)
-        row(f"sweep submit, {n} trials (CLI)", ours, before, "before", "no slower")
+        ours, before = timed_pair(submit, lambda: submit(BEFORE), repeat)
+        row(f"sweep submit, {n} trials (CLI)", ours, before, "before (alternating)", "no slower")
+    else:
+        ours = timed(submit, repeat)
     script = tmp / "submitit_bench.py"
     script.write_text(f"""
 import submitit, sys
@@ -193,13 +205,12 @@ print(jobs[0].job_id.split('_')[0])
     row(f"status, {n} tasks, poll cache cold", cold, status, "status asked now", "(info)")
     row(f"status, {n} tasks, poll cache warm", warm, status, "status asked now", "(info)")
     if BEFORE is not None:
-        old = timed(
-            lambda: run(
-                [*SLURMKIT, "status", dirs[-1], "--json"], env=tree_env(BEFORE, fresh), cwd=NEUTRAL
-            ),
+        now, old = timed_pair(
+            lambda: run(status_argv, env=tree_env(ROOT, fresh), cwd=NEUTRAL),
+            lambda: run(status_argv, env=tree_env(BEFORE, fresh), cwd=NEUTRAL),
             repeat,
         )
-        row(f"status, {n}-task sweep", status, old, "before", "no slower")
+        row(f"status, {n}-task sweep", now, old, "before (alternating)", "no slower")
     ids = []
     for d in dirs:
         for sub in sorted((Path(d) / "submissions").glob("*.json")):
