@@ -52,6 +52,7 @@ class Facts:
     user_config_error: str | None = None
     profile: str | None = None
     nodes: dict[str, Any] | None = None  # what the tiny job saw (with --nodes)
+    conf_missing: str | None = None  # SLURM_CONF names a file that is not there
 
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo", "srun")
@@ -76,7 +77,10 @@ def gather(output_root: str = "runs", nodes: int = 0, partition: str | None = No
     from .errors import SchedulerError
 
     facts = Facts(tools={t: _on_path(t) for t in TOOLS}, output_root=output_root)
-    if not facts.tools["sinfo"]:
+    conf = os.environ.get("SLURM_CONF")
+    if not facts.tools["sinfo"] or (conf and not os.path.exists(conf)):
+        facts.ping = None if facts.tools["sinfo"] else facts.ping
+        facts.conf_missing = conf if conf and not os.path.exists(conf) else None
         _local_facts(facts)
         return facts
     procs = {
@@ -224,6 +228,16 @@ def checks(f: Facts) -> list[Check]:
             "install Slurm's client tools" if missing else "",
         )
     )
+    if f.conf_missing:
+        out.append(
+            Check(
+                "controller",
+                FAIL,
+                f"SLURM_CONF={f.conf_missing} does not exist",
+                "point SLURM_CONF at the cluster's slurm.conf, or unset it",
+            )
+        )
+        return out + _local_checks(f)
     if f.ping is None or "DOWN" in f.ping:
         out.append(
             Check(

@@ -138,3 +138,14 @@ def test_doctor_on_the_test_cluster(slurm_cluster, tmp_path):
     assert not list((tmp_path / "runs").glob(".slurmkit-doctor-*"))  # its tokens are gone
     people = run_cli("doctor", "--output-root", "/proc/nope")
     assert people.returncode == 1 and "not writable" in people.stdout
+
+
+def test_a_wrong_slurm_conf_or_a_stopped_controller_fails_with_a_hint(tmp_path):
+    """Through the CLI, at once (scontrol would retry a missing config for a minute)."""
+    proc = run_cli("doctor", "--json", "--output-root", str(tmp_path), env={"SLURM_CONF": "/nope"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    found = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert found["controller"]["level"] == "fail"
+    assert "SLURM_CONF=/nope does not exist" in found["controller"]["detail"]
+    down = by_name(checks(replace(HEALTHY, ping=None)))
+    assert down["controller"].level == FAIL
