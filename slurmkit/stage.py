@@ -480,6 +480,7 @@ def stage(
 
     if _up_to_date(dst, listing, result):
         return finish()
+    _refuse_taken(dst)
     work = stage_dir(dst)
     if dry_run:
         _, journal, present = _scan(work, keep=True)
@@ -491,18 +492,23 @@ def stage(
     with _locked(work, reporter) as (lock, waited):
         result.waited = waited
         if not _up_to_date(dst, listing, result):  # else: the stager we waited for did it
-            if os.path.lexists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
-                raise UserError(
-                    f"{dst} exists and is not a dataset slurmkit staged (it has no {MANIFEST})",
-                    key="DST",
-                    hint="stage to a new path, or remove it",
-                )
+            _refuse_taken(dst)
             _Copy(fs, protocol, work, listing, jobs, part_size, reporter, result).run()
             _publish(src, dst, work, listing, lock)
             result.published = True
     with contextlib.suppress(OSError):  # a waiter's lock file may be in it: then it stays
         os.rmdir(work)
     return finish()
+
+
+def _refuse_taken(dst: str) -> None:
+    """UserError (usage) when DST is something other than nothing or an empty directory."""
+    if os.path.lexists(dst) and not (os.path.isdir(dst) and not os.listdir(dst)):
+        raise UserError(
+            f"{dst} exists and is not a dataset slurmkit staged (it has no {MANIFEST})",
+            key="DST",
+            hint="stage to a new path, or remove it",
+        )
 
 
 def _up_to_date(dst: str, listing: Sequence[Entry], result: Result) -> bool:
@@ -692,12 +698,12 @@ class _Copy:
                     futures.append(future)
                     return True
 
+                for batch in todo.batches:  # small files first: most files done soonest
+                    submit(self._batch, batch)
                 for e in todo.large:
                     self._large(e, submit)
                 for e in todo.whole:
                     submit(self._whole, e)
-                for batch in todo.batches:
-                    submit(self._batch, batch)
                 for future in futures:
                     future.result()
         finally:
@@ -763,7 +769,9 @@ class _Copy:
             head = call("head_object", Bucket=bucket, Key=key)
         except Exception:
             return True
-        if head.get("SSECustomerAlgorithm") or head.get("ServerSideEncryption") == "aws:kms":
+        if head.get("SSECustomerAlgorithm") or str(head.get("ServerSideEncryption", "")).startswith(
+            "aws:kms"
+        ):
             return False
         if str(head.get("ETag", "")).strip('"') != e.version:
             raise _Failed(f"{self._where(e)}: the object changed while it was copied")

@@ -297,13 +297,19 @@ def journaled(work: Path) -> int:
 
 
 def kill_at(
-    proc: subprocess.Popen, work: Path, rng: random.Random, early: bool, most: int = 200
+    proc: subprocess.Popen,
+    work: Path,
+    rng: random.Random,
+    early: bool,
+    most: int = 200,
+    within: float = 1.0,
 ) -> None:
     """SIGKILL ``proc`` at a random point: ``early``, a random time after its start (while it
-    starts, lists or fetches its first files); else once a random number (1 to ``most``) of
-    files more is finished, plus a random few milliseconds (mid-file, mid-batch, mid-journal)."""
+    starts, lists or fetches its first files: up to ``within`` seconds); else once a random
+    number (1 to ``most``) of files more is finished, plus a random few milliseconds (mid-file,
+    mid-batch, mid-journal)."""
     if early:
-        time.sleep(rng.uniform(0.1, 1.0))
+        time.sleep(rng.uniform(0.1, within))
     else:
         target = journaled(work) + rng.randint(1, most)
         deadline = time.monotonic() + 30
@@ -440,6 +446,25 @@ def test_a_missing_object_is_an_error_that_names_it(s3, tmp_path):
     assert_no_secret(outputs, tmp_path)
 
 
+def test_a_file_renamed_into_place_but_not_journaled_is_checked_not_fetched(s3, tmp_path):
+    """A kill between a file's rename and its journal line: the rerun checks the file's bytes
+    locally (against the ETag's MD5) and keeps it; a wrong one is fetched again."""
+    env, dst = env_for(s3, tmp_path), tmp_path / "r"
+    files = {"kept.bin": b"k" * 500, "wrong.bin": b"w" * 500, "new.bin": b"n" * 10}
+    for rel, data in files.items():
+        s3.put(f"rename/{rel}", data)
+    data_dir = Path(lib.stage_dir(str(dst))) / "data"
+    data_dir.mkdir(parents=True)
+    (data_dir / "kept.bin").write_bytes(files["kept.bin"])
+    (data_dir / "wrong.bin").write_bytes(b"x" * 500)  # the right size, other bytes
+    start = s3.mark()
+    proc = run_stage(env, f"s3://{BUCKET}/rename", dst, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(k for k, _ in s3.gets(start)) == ["rename/new.bin", "rename/wrong.bin"]
+    assert json.loads(proc.stdout)["skipped"] == 1
+    assert_same(dst, files)
+
+
 def test_dry_run_says_what_it_would_copy_and_writes_nothing(s3, dataset, tmp_path):
     env, dst = env_for(s3, tmp_path), tmp_path / "ds"
     start = s3.mark()
@@ -485,6 +510,7 @@ def test_usage_errors_exit_2_and_a_local_source_stages(tmp_path):
         [*SLURMKIT, "stage", str(src), str(taken)], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "is not a dataset slurmkit staged" in proc.stderr
+    assert not Path(lib.stage_dir(str(taken))).exists()  # refused before anything was made
     dst = tmp_path / "local"
     proc = subprocess.run(
         [*SLURMKIT, "stage", f"file://{src}", str(dst), "--part-size", "1", "--json"],
@@ -555,7 +581,7 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path):
 
 @pytest.mark.slow
 def test_twenty_kills_with_large_files(s3, tmp_path):
-    """The issue's proof at full size: 1,000 small files and two of 256 MiB, default part size,
+    """The issue's proof at full size: 1,000 small files and two of 256 MiB in 64 MiB parts,
     SIGKILL at 20 random points."""
     rng = random.Random(256)
     files = {f"s/{i}.bin": rng.randbytes(rng.randint(1, 2000)) for i in range(SMALL)}
@@ -565,16 +591,23 @@ def test_twenty_kills_with_large_files(s3, tmp_path):
     env, dst = env_for(s3, tmp_path), tmp_path / "full"
     work = Path(lib.stage_dir(str(dst)))
     marks = []
-    kills = 0
+    kills = mid_large = 0
+
+    def partial_large() -> set[str]:  # big files being written, with bytes in them
+        return {p.name for p in (work / "data" / "big").glob(f"*{lib.PART}*") if p.stat().st_blocks}
+
     for i in range(20):
+        before = partial_large()
         proc = subprocess.Popen(
-            [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst)],
+            [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst), "--part-size", "64"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        kill_at(proc, work, rng, early=i % 3 == 0, most=60)
+        small_phase = journaled(work) < SMALL - 40  # then the large files: kill by time
+        kill_at(proc, work, rng, early=i % 3 == 0 or not small_phase, most=80, within=2.0)
         kills += proc.wait() == -signal.SIGKILL
+        mid_large += bool(partial_large() - before)
         assert not dst.exists() or lib.ready(str(dst)) is not None
         data = work / "data"
         done = {
@@ -584,10 +617,12 @@ def test_twenty_kills_with_large_files(s3, tmp_path):
         }
         marks.append((s3.mark(), done))
     proc = subprocess.run(
-        [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst)], env=env, capture_output=True
+        [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst), "--part-size", "64"],
+        env=env,
+        capture_output=True,
     )
     assert proc.returncode == 0, proc.stderr
-    assert kills == 20
+    assert kills >= 15 and mid_large >= 1  # killed mid-way, once at least inside a large file
     assert_same(dst, files)
     for mark, done in marks:
         assert not {key[5:] for key, _ in s3.gets(mark, "full/")} & done
