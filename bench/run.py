@@ -398,6 +398,16 @@ def bench_stage(repeat: int, n: int = 1000) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def bench_doctor(repeat: int) -> None:
+    """`slurmkit doctor` without --nodes (its commands run at once) against the one
+    `scontrol show config` it cannot do without."""
+    env = _cluster_env()
+    argv = [*SLURMKIT, "doctor", "--json", "--output-root", tempfile.gettempdir()]
+    ours = timed(lambda: subprocess.run(argv, env=tree_env(ROOT, env), capture_output=True), repeat)
+    base = timed(lambda: run(["scontrol", "show", "config"], env=env), repeat)
+    row("slurmkit doctor (no --nodes)", ours, base, "scontrol show config", "<= 1 s")
+
+
 BENCHES = {
     "help": bench_help,
     "local": bench_local,
@@ -405,6 +415,7 @@ BENCHES = {
     "lock": bench_lock,
     "notebook": bench_notebook,
     "stage": bench_stage,
+    "doctor": bench_doctor,
 }
 
 
