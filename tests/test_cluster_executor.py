@@ -213,7 +213,6 @@ WAITER = """
 import sys, time
 from slurmkit.executors import SpecJob
 job = SpecJob(sys.argv[1], sys.argv[2])
-t = time.monotonic()
 while not job.done():
     time.sleep(0.2)
 print(job.result())

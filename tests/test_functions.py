@@ -145,3 +145,5 @@ def test_a_checkpointable_function_interrupted_resumes_with_the_same_result(
     status = json.loads(status_file.read_text())
     assert [a.get("cause") for a in status["attempts"]] == ["preemption", None]
     assert wait_sweep(root)["counts"] == {"COMPLETED": 1}
+    shown = run_cli("results", root, "--json")  # the CLI reads the function sweep too
+    assert shown.returncode == 0 and json.loads(shown.stdout)[0]["total"] == sum(range(120))

@@ -86,3 +86,20 @@ def test_bad_wait_interval_is_refused(spec_path):
     for bad in (0, -1, float("nan")):
         with pytest.raises(UserError, match="interval must be > 0"):
             sw.wait(interval=bad)
+
+
+@pytest.mark.cluster
+def test_on_the_cluster_a_cli_sweep_is_read_and_resumed_from_python(slurm_cluster, tmp_path):
+    """`slurmkit sweep` on the test cluster, whose trials fail on their first attempt;
+    Sweep.open reads it, Sweep.resume submits them again, and the sweep completes."""
+    from conftest import slurm_submit, wait_sweep
+
+    body = f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2, 3], flaky: [1]}}\n"
+    root = slurm_submit(tmp_path, body)["sweep_dir"]
+    wait_sweep(root, timeout=120)
+    sw = slurmkit.Sweep.open(root)
+    assert sw.status().counts == {"FAILED": 3} and len(sw.trials) == 3
+    again = sw.resume(backend="slurm")
+    assert again.indices == [0, 1, 2] and again.jobs
+    assert sw.wait(progress=False, interval=1).counts == {"COMPLETED": 3}
+    assert [r["score"] for r in sw.results(sort="x")] == [2.0, 4.0, 6.0]
