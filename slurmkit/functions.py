@@ -100,6 +100,7 @@ def sweep_fn(
     backend: str = "auto",
     sweep_dir: str | None = None,
     overrides: Sequence[str] = (),
+    progress: bool = True,
     **spec_keys: Any,
 ) -> Sweep:
     """Run ``fn(**trial_params)`` once per trial of ``params`` (a spec's ``params`` block:
@@ -107,9 +108,10 @@ def sweep_fn(
 
     ``slurmkit.report()`` works inside ``fn``; its return value is the trial's result
     (:func:`result`). On the local backend the trials run here and the call returns when they
-    have ended; on Slurm it returns once the array is queued (``.wait()`` follows it).
+    have ended, with a progress bar (``progress``) and a note when no cluster answered; on
+    Slurm it returns once the array is queued (``.wait()`` follows it).
     """
-    from . import sweep
+    from .handle import submit_reported
 
     blob = pickled(fn)  # before anything is created
     handle = Sweep(spec(fn, params, overrides, **spec_keys))
@@ -120,7 +122,7 @@ def sweep_fn(
 
     assert handle.spec is not None
     return handle.submitted_as(
-        sweep.submit(handle.spec, backend=backend, sweep_dir=sweep_dir, on_target=keep_function)
+        submit_reported(handle.spec, backend, sweep_dir, progress, then=keep_function)
     )
 
 

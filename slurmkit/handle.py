@@ -8,7 +8,8 @@ sweep directory is the only state; a handle keeps nothing the directory does not
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import UserError
@@ -20,6 +21,43 @@ if TYPE_CHECKING:
     from .sweepstate import SweepStatus
 
 DEFAULT_INTERVAL = 10.0  # seconds between two scheduler queries of wait()
+
+
+def submit_reported(
+    spec: SweepSpec,
+    backend: str,
+    sweep_dir: str | None,
+    progress: bool,
+    then: Callable[[Any, Any], None] | None = None,
+    yes: bool = False,
+) -> Submission:
+    """``sweep.submit`` as the CLI reports it: the note when the backend was a fallback, and a
+    progress bar over trials that run here (with ``progress``). ``then(backend, sweep_dir)``
+    runs once the sweep directory exists, before anything is submitted."""
+    from . import sweep, ui
+
+    reporter = ui.Reporter() if progress else None
+
+    def on_target(target: Any, where: Any) -> None:
+        if then is not None:
+            then(target, where)
+        if reporter is not None:
+            reporter.start(target, where)
+        elif target.note:
+            print(f"slurmkit: {target.note}", file=sys.stderr)
+
+    try:
+        return sweep.submit(
+            spec,
+            backend=backend,
+            sweep_dir=sweep_dir,
+            yes=yes,
+            on_target=on_target,
+            on_done=reporter.trial_done if reporter is not None else None,
+        )
+    finally:
+        if reporter is not None:
+            reporter.stop()
 
 
 class Sweep:
@@ -81,21 +119,23 @@ class Sweep:
         return [row for row in store.manifest(store.open_sweep(self._root)) if row is not None]
 
     def submit(
-        self, backend: str = "auto", *, sweep_dir: str | None = None, yes: bool = False
+        self,
+        backend: str = "auto",
+        *,
+        sweep_dir: str | None = None,
+        yes: bool = False,
+        progress: bool = True,
     ) -> Sweep:
         """Create the sweep directory and submit every trial (on the local backend, run them
-        here and return when they have ended). Once only: a submitted sweep is resumed."""
-        from . import sweep
-
+        here and return when they have ended: with ``progress``, a progress bar, and a note
+        when no cluster answered). Once only: a submitted sweep is resumed."""
         if self._root is not None:
             raise UserError(
                 f"this sweep was submitted already ({self._root})",
                 hint="call .resume() to run what is left",
             )
         assert self.spec is not None
-        return self.submitted_as(
-            sweep.submit(self.spec, backend=backend, sweep_dir=sweep_dir, yes=yes)
-        )
+        return self.submitted_as(submit_reported(self.spec, backend, sweep_dir, progress, yes=yes))
 
     def submitted_as(self, submission: Submission) -> Sweep:
         """This sweep, now submitted as ``submission`` says."""

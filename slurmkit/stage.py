@@ -573,6 +573,19 @@ def _list(fs: Any, root: str, src: str, protocol: str) -> list[Entry]:
     return listing
 
 
+def _read_sums(path: str, md5: bool) -> tuple[int, int, str | None]:
+    """A file's size, CRC-32 and (when ``md5``) MD5 hex digest, in one read."""
+    digest = hashlib.md5(usedforsecurity=False) if md5 else None
+    size, crc = 0, 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(8 << 20):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+            if digest is not None:
+                digest.update(chunk)
+    return size, crc, digest.hexdigest() if digest is not None else None
+
+
 def _said(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) < 300 else text[:300] + "..."
@@ -781,15 +794,8 @@ class _Copy:
         """A file renamed into place by a run killed before it journaled it: checked here,
         not fetched again."""
         path = os.path.join(self.data, *e.path.split("/"))
-        digest = hashlib.md5(usedforsecurity=False) if e.md5 else None
-        size, crc = 0, 0
-        with open(path, "rb") as fh:
-            while chunk := fh.read(8 << 20):
-                crc = zlib.crc32(chunk, crc)
-                size += len(chunk)
-                if digest is not None:
-                    digest.update(chunk)
-        if size != e.size or (digest is not None and digest.hexdigest() != e.md5):
+        size, crc, md5 = _read_sums(path, bool(e.md5))
+        if size != e.size or (md5 is not None and md5 != e.md5):
             return False
         record = Record(e.path, size, e.version, _crc_text(crc))
         os.write(self.journal_fd, (json.dumps(record.row()) + "\n").encode())
@@ -829,15 +835,8 @@ class _Copy:
                 ) from None
             except Exception as exc:
                 raise _Failed(f"{self._where(e)}: copy failed: {_said(exc)}") from None
-            digest = hashlib.md5(usedforsecurity=False) if e.md5 else None
-            size, crc = 0, 0
-            with open(tmp, "rb") as fh:
-                while chunk := fh.read(8 << 20):
-                    crc = zlib.crc32(chunk, crc)
-                    size += len(chunk)
-                    if digest is not None:
-                        digest.update(chunk)
-            self._check(e, size, digest.hexdigest() if digest else None)
+            size, crc, md5 = _read_sums(tmp, bool(e.md5))
+            self._check(e, size, md5)
             self._done(e, size, crc, tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

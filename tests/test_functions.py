@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -147,3 +148,16 @@ def test_a_checkpointable_function_interrupted_resumes_with_the_same_result(
     assert wait_sweep(root)["counts"] == {"COMPLETED": 1}
     shown = run_cli("results", root, "--json")  # the CLI reads the function sweep too
     assert shown.returncode == 0 and json.loads(shown.stdout)[0]["total"] == sum(range(120))
+
+
+def test_without_a_cluster_a_function_sweep_runs_here_and_says_so(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch: auto falls back
+    monkeypatch.setenv("SLURMKIT_PYTHON", sys.executable)
+
+    def double(x: int) -> int:
+        return 2 * x
+
+    sw = slurmkit.sweep_fn(double, {"x": [1, 2]}, output_root=str(tmp_path), progress=False)
+    assert sw.submission is not None and sw.submission.ran_here
+    assert [sw.result(i) for i in (0, 1)] == [2, 4]
+    assert "no sbatch on PATH: running the sweep on this machine" in capfd.readouterr().err
