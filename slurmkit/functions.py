@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import UserError
 from .handle import Sweep
-from .runtime.fncall import FUNCTION, RESULT
+from .runtime.fncall import FUNCTION, RESULT, dumps
 
 SOURCE = "sweep_fn()"  # the "file" of errors in its arguments
 COMMAND = ["python", "-m", "slurmkit.runtime.fncall"]
@@ -29,13 +29,7 @@ def pickled(fn: Callable[..., Any]) -> bytes:
     if not callable(fn):
         raise UserError(f"{fn!r} is not callable", file=SOURCE, key="fn")
     try:
-        import cloudpickle
-    except ImportError:
-        dumps: Callable[[Any], bytes] = pickle.dumps
-    else:
-        dumps = cloudpickle.dumps
-    try:
-        return bytes(dumps(fn))
+        return dumps(fn)
     except Exception as exc:  # what pickling raises varies: TypeError, PicklingError, ...
         raise UserError(
             f"{getattr(fn, '__name__', fn)!r} cannot be sent to a job: {exc}",

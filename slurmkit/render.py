@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
 from .core.contract import REQUEUE_EXIT
+from .core.layout import slurm_log_name
 from .core.rendezvous import fill
 from .errors import UserError
 from .launch import SELF_CHECK_NAME
@@ -91,14 +92,14 @@ def render_array(
     if sweep_dir is None:
         if spec_path is None:
             raise ValueError("a standalone script needs spec_path")
-        logs = spec.logs.name if spec.logs.name != "%A_%a" else f"{spec.name}-%A_%a"
+        logs = slurm_log_name(spec.logs.name, spec.name, standalone=True)
         sweep_line = (
             f"export SLURMKIT_SWEEP_DIR=${{SLURMKIT_SWEEP_DIR:-{q(spec.output_root)}/"
             f"{q(spec.name)}/sbatch-$SLURM_ARRAY_JOB_ID}}"
         )
         task = f'"$PY" -m slurmkit.standalone --offset {chunk.offset} --spec {q(spec_path)}'
     else:
-        logs = f"{sweep_dir}/logs/{spec.logs.name}"
+        logs = f"{sweep_dir}/logs/{slurm_log_name(spec.logs.name, spec.name, standalone=False)}"
         sweep_line = f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}"
         task = f'"$PY" -m slurmkit.runtime task --offset {chunk.offset}'
     sbatch = [

@@ -14,7 +14,7 @@ from . import backends, store
 from .backends.base import Stopped
 from .core import lock, states
 from .core.fsutil import Damaged
-from .core.layout import SweepDir
+from .core.layout import SweepDir, slurm_log_name
 from .errors import UserError
 from .sweepstate import collect
 
@@ -162,16 +162,16 @@ def _slurm_log(sweep: SweepDir, attempt: dict[str, Any], pattern: Any) -> str:
         "x": name if isinstance(name, str) else "",
         "u": _owner(sweep.root),
     }
-    custom = isinstance(pattern, str) and pattern and pattern != "%A_%a"
+    given = pattern if isinstance(pattern, str) else None
     for record in store.submissions(sweep):
         for job in record.get("jobs", []):
             if job.get("job_id") == array and job.get("script") is None:
                 submit_dir = config.get("submit_dir")
                 if not isinstance(submit_dir, str) or not submit_dir:
                     submit_dir = os.path.dirname(sweep.root)
-                file = log_name(pattern if custom else "%x-%A_%a", values)
+                file = log_name(slurm_log_name(given, values["x"], standalone=True), values)
                 return os.path.join(submit_dir, file)
-    return os.path.join(sweep.logs, log_name(pattern if custom else "%A_%a", values))
+    return os.path.join(sweep.logs, log_name(slurm_log_name(given, "", standalone=False), values))
 
 
 def trial_ended(root: str, ref: str) -> Callable[[], bool]:

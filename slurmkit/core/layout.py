@@ -20,6 +20,16 @@ import os
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+DEFAULT_LOG_NAME = "%A_%a"  # Slurm's own log of an array task, without .out / .err
+
+
+def slurm_log_name(pattern: str | None, name: str, standalone: bool) -> str:
+    """The sbatch file-name pattern of Slurm's own log (spec ``logs.name``). By default a
+    standalone script's goes beside where it was submitted, so it carries the sweep's name."""
+    if pattern and pattern != DEFAULT_LOG_NAME:
+        return pattern
+    return f"{name}-{DEFAULT_LOG_NAME}" if standalone else DEFAULT_LOG_NAME
+
 
 class SweepDir(NamedTuple):
     """Paths inside one sweep directory (immutable; a NamedTuple loads faster than a dataclass)."""

@@ -31,7 +31,9 @@ RESULT = "result.pkl"
 CHECKPOINT = "checkpoint.pkl"
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
+    """``obj`` pickled for another Python: by cloudpickle when installed (a notebook's
+    functions and closures need it), else by pickle."""
     try:
         import cloudpickle  # notebooks' functions (__main__, closures) need it
     except ImportError:
@@ -74,14 +76,14 @@ def main() -> int:
 
         def stop(_signum: int, _frame: object) -> None:
             # submitit's way: ask the callable for the call that resumes it, keep it, exit 75
-            atomic_write_bytes(saved, _dumps(_call(checkpoint(*args, **kwargs))))
+            atomic_write_bytes(saved, dumps(_call(checkpoint(*args, **kwargs))))
             sys.stdout.flush()
             os._exit(REQUEUE_EXIT)
 
         for name in {os.environ.get(ENV_SIGNAL, "USR2"), "TERM"}:
             signal.signal(getattr(signal, f"SIG{name}"), stop)
     value = fn(*args, **kwargs)
-    atomic_write_bytes(os.path.join(trial_dir, RESULT), _dumps(value))
+    atomic_write_bytes(os.path.join(trial_dir, RESULT), dumps(value))
     if os.path.exists(saved):
         os.unlink(saved)  # done: a rerun would start from the beginning, not the checkpoint
     metrics = _as_metrics(value)

@@ -65,6 +65,12 @@ def _path_with_python() -> str:
     )
 
 
+def _holder(held: dict[str, Any]) -> str:
+    """Who holds a trial's claim, in words: ``job J (pid P on NODE)``."""
+    where = f"pid {held.get('pid', '?')} on {held.get('host', '?')}"
+    return f"job {held['job_id']} ({where})" if held.get("job_id") else where
+
+
 class TrialRun:
     """One attempt of one trial. ``start()``, then ``wait()``; ``terminate()`` from elsewhere.
 
@@ -114,17 +120,16 @@ class TrialRun:
             return bool(job) and holder.get("job_id") == job
 
         try:
-            try:
-                self._claim.acquire("trial", 0, about=about, dead=dead)
-            except LockBusy as busy:
-                if pids.running(busy.holder) is not None:
-                    raise  # it runs on this host: waiting for it to go stale is no use
-                self._claim.acquire("trial", wait, about=about, dead=dead)
+            self._claim.acquire("trial", 0, about=about, dead=dead)
+            return None
         except LockBusy as busy:
-            held = busy.holder
-            where = f"pid {held.get('pid', '?')} on {held.get('host', '?')}"
-            return f"job {held['job_id']} ({where})" if held.get("job_id") else where
-        return None
+            if pids.running(busy.holder) is not None:  # it runs here: waiting is no use
+                return _holder(busy.holder)
+        try:
+            self._claim.acquire("trial", wait, about=about, dead=dead)
+            return None
+        except LockBusy as busy:
+            return _holder(busy.holder)
 
     def release(self) -> None:
         """Let go of the trial's claim (when it was taken)."""
