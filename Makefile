@@ -39,7 +39,7 @@ lint: install
 # stopped) here.
 test: lint
 	@set -o pipefail; rc=0; \
-	bash tests/cluster/up.sh >/tmp/slurmkit-cluster-up.log 2>&1; up=$$?; \
+	bash tests/cluster/up.sh --accounting >/tmp/slurmkit-cluster-up.log 2>&1; up=$$?; \
 	if [ $$up -eq 0 ]; then export SLURM_CONF=$(CLUSTER_DIR)/slurm.conf; \
 	else echo "test cluster did not start (code $$up): $$(tail -n 3 /tmp/slurmkit-cluster-up.log)"; fi; \
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
@@ -51,7 +51,7 @@ unit: install
 	$(PY) -m pytest -q -m "not cluster and not slow" $(PYTEST_ARGS)
 
 cluster-up:
-	bash tests/cluster/up.sh
+	bash tests/cluster/up.sh --accounting
 
 cluster-down:
 	bash tests/cluster/down.sh

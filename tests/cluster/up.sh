@@ -54,7 +54,9 @@ render_conf() {
     acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
-AccountingStoragePass=$MUNGE_SOCKET"
+AccountingStoragePass=$MUNGE_SOCKET
+AccountingStorageTRES=gres/gpu
+AccountingStoreFlags=job_comment"
   fi
   t=$(<"$HERE/slurm.conf.in")
   t=${t//@DIR@/"$DIR"}
