@@ -37,6 +37,7 @@ TOP_KEYS = (
     "mpi",
     "logs",
     "torchrun",
+    "data",
 )
 LAUNCHERS = ("torchrun", "srun", "none")  # none: the command itself, but under srun
 # The srun options a spec may set (`srun: {mpi: pmix, label: true}`): True renders a flag.
@@ -68,6 +69,8 @@ LOG_TOKENS = {
     "x": "job name",
     "u": "user",
 }
+DATA_KEYS = ("src", "dst", "cache", "name", "cache_dir")
+DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
 CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
@@ -170,6 +173,20 @@ class Logs:
 
 
 @dataclass(frozen=True)
+class DataEntry:
+    """A dataset of the ``data`` block: staged from ``src`` (an fsspec URL or a path) to ``dst``
+    on the shared filesystem once, before the trials start; with ``cache: node`` each node also
+    copies it to ``cache_dir`` (default ``$TMPDIR``). Trials find it in ``SLURMKIT_DATA_<NAME>``
+    (``name`` upper-cased)."""
+
+    src: str
+    dst: str
+    name: str
+    cache: str = "none"
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep."""
 
@@ -197,6 +214,7 @@ class SweepSpec:
     self_check: bool = True
     logs: Logs = field(default_factory=Logs)
     torchrun: dict[str, int] = field(default_factory=dict)  # e.g. nproc_per_node
+    data: tuple[DataEntry, ...] = ()  # datasets staged before the trials start (slurmkit.data)
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -220,6 +238,7 @@ class SweepSpec:
             requeue=asdict(self.requeue),
             logs=asdict(self.logs),
             torchrun=dict(self.torchrun),
+            data=[asdict(d) for d in self.data],
             container=self.container.to_dict() if self.container else None,
         )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}

@@ -23,6 +23,8 @@ from ..overrides import MAX_SWEEP_SIZE, parse_value
 from .model import (
     ARG_STYLES,
     CAUSES,
+    DATA_CACHE,
+    DATA_KEYS,
     LAUNCHERS,
     LOG_STDERR,
     LOG_TOKENS,
@@ -33,6 +35,7 @@ from .model import (
     SRUN_OPTIONS,
     TOP_KEYS,
     TORCHRUN_KEYS,
+    DataEntry,
     Domain,
     Logs,
     Requeue,
@@ -234,6 +237,7 @@ def validate(
         params_text=dict(params_text or {}),
         requeue=_requeue(data.get("requeue"), source, resources.time),
         logs=_logs(data.get("logs"), source),
+        data=_data(data.get("data"), source),
     )
 
 
@@ -256,6 +260,106 @@ def _torchrun(raw: Any, launcher: Any, source: str) -> dict[str, int]:
     reject_unknown(raw, TORCHRUN_KEYS, file=source, prefix="torchrun.")
     nproc = _positive(raw, "nproc_per_node", source, default=None, prefix="torchrun.")
     return {"nproc_per_node": nproc} if nproc is not None else {}
+
+
+_DATA_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")  # SLURMKIT_DATA_<NAME upper-cased>
+
+
+def _data(raw: Any, source: str) -> tuple[DataEntry, ...]:
+    """``data``: datasets staged to the shared filesystem before the trials start."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise SpecError(
+            "must be a list of datasets",
+            file=source,
+            key="data",
+            hint="data: [{src: s3://bucket/ds, dst: /mnt/data/ds, cache: node}]",
+        )
+    entries = [_data_entry(item, source, f"data.{i}.") for i, item in enumerate(raw)]
+    for key, what in (("name", "env name"), ("dst", "destination")):
+        seen: dict[str, int] = {}
+        for i, entry in enumerate(entries):
+            value = getattr(entry, key)
+            value = value.upper() if key == "name" else value.rstrip("/")
+            if value in seen:
+                raise SpecError(
+                    f"datasets {seen[value]} and {i} have the same {what} {value!r}",
+                    file=source,
+                    key=f"data.{i}.{key}",
+                    hint="give each dataset its own name and dst",
+                )
+            seen[value] = i
+    return tuple(entries)
+
+
+def _data_entry(raw: Any, source: str, p: str) -> DataEntry:
+    if not isinstance(raw, Mapping):
+        raise SpecError(
+            "must be a mapping", file=source, key=p[:-1], hint=f"keys: {', '.join(DATA_KEYS)}"
+        )
+    reject_unknown(raw, DATA_KEYS, file=source, prefix=p)
+    src, dst = _data_text(raw, "src", source, p), _data_text(raw, "dst", source, p)
+    from .. import stage  # the URL rules of `slurmkit stage` (only specs with data load them)
+    from ..errors import UserError
+
+    try:
+        stage.source_protocol(src)
+    except UserError as exc:
+        raise SpecError(exc.message, file=source, key=p + "src", hint=exc.hint) from None
+    if stage.public(src) != src:
+        raise SpecError(
+            "holds a user, password, query or fragment: credentials stay out of specs",
+            file=source,
+            key=p + "src",
+            hint="credentials come from AWS's chain (AWS_PROFILE, ~/.aws, the environment)",
+        )
+    paths = {"dst": dst, "cache_dir": raw.get("cache_dir")}
+    for key, path in paths.items():
+        if path is not None and (not isinstance(path, str) or not os.path.isabs(path)):
+            raise SpecError(
+                f"must be an absolute path, got {path!r}",
+                file=source,
+                key=p + key,
+                hint="dst on the shared filesystem (/mnt/data/ds); cache_dir on the node "
+                "(/var/nvme/storage)",
+            )
+    if dst.strip("/") == "":
+        raise SpecError("must name a directory to create (not /)", file=source, key=p + "dst")
+    cache = raw.get("cache", "none")
+    if cache not in DATA_CACHE:
+        raise SpecError(
+            f"{cache!r} is not allowed",
+            file=source,
+            key=p + "cache",
+            hint=f"allowed values: {', '.join(DATA_CACHE)}",
+        )
+    if paths["cache_dir"] is not None and cache != "node":
+        raise SpecError("only with cache: node", file=source, key=p + "cache_dir")
+    default = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(dst.rstrip("/")))[:64]
+    name = raw.get("name", default)
+    if not isinstance(name, str) or not _DATA_NAME.match(name):
+        raise SpecError(
+            f"{name!r} cannot name an environment variable",
+            file=source,
+            key=p + "name",
+            hint="letters, digits and '_' (it becomes SLURMKIT_DATA_<NAME>, upper-cased)",
+        )
+    return DataEntry(src, dst.rstrip("/"), name, cache, paths["cache_dir"])
+
+
+def _data_text(raw: Mapping[str, Any], key: str, source: str, p: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value:
+        raise SpecError(
+            f"required: a string, got {value!r}",
+            file=source,
+            key=p + key,
+            hint="src: s3://bucket/ds (or gs://, https://, a path); dst: /mnt/data/ds",
+        )
+    if any(ch in value for ch in "\n\r\0"):
+        raise SpecError("may not hold a newline or NUL", file=source, key=p + key)
+    return value
 
 
 _LOG_NAME = re.compile(r"^(?:[A-Za-z0-9_.-]|%[%Aajxu])+$")
