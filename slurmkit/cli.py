@@ -684,6 +684,130 @@ def doctor(output_root: str, nodes: int, partition: str | None, as_json: bool) -
     sys.exit(1 if any(c.level == FAIL for c in found) else 0)
 
 
+def _sizes(_ctx: Any, _param: Any, value: str | None) -> str | None:
+    """--sizes: comma-separated sizes (``64K,16M,1G``), checked here as the job would read them."""
+    from .runtime.preflight import parse_size  # stdlib only
+
+    try:
+        for part in value.split(",") if value else []:
+            parse_size(part)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+@main.command()
+@click.argument("overrides", nargs=-1, metavar="[OVERRIDES]...")
+@click.option("--nodes", type=click.IntRange(min=1), default=2, show_default=True, help="Nodes.")
+@click.option("--partition", help="The partition of the job.")
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=0),
+    help="GPUs per node, one task each (default: the user config's resources.gpus, else none: "
+    "one CPU task per node).",
+)
+@click.option(
+    "--output-root",
+    help="Where preflight-TIME/ goes, on the shared filesystem it measures "
+    "(default: the user config's output_root, else runs).",
+)
+@click.option(
+    "--min-fs-gbps",
+    type=click.FloatRange(min=0),
+    help="Fail below this write or read throughput of any node, in GB/s.",
+)
+@click.option(
+    "--min-busbw",
+    type=click.FloatRange(min=0),
+    help="Fail below this all_reduce bus bandwidth (peak over sizes), in GB/s.",
+)
+@click.option(
+    "--fs-mib", type=click.IntRange(min=1), default=1024, show_default=True, help="MiB per node."
+)
+@click.option(
+    "--files", type=click.IntRange(min=1), default=1000, show_default=True, help="Creates per node."
+)
+@click.option(
+    "--checkpoint-mib",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="MiB of state saved and restored per node.",
+)
+@click.option(
+    "--sizes",
+    callback=_sizes,
+    help="all_reduce sizes, e.g. 1M,64M,1G (default 1M..1G on GPUs, 64K..4M on CPUs).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=3600,
+    show_default=True,
+    help="Seconds to wait, queue time included; then the job is cancelled.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the batch script; create and submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict and figures as JSON.")
+@_guard
+def preflight(
+    overrides: tuple[str, ...],
+    nodes: int,
+    partition: str | None,
+    gpus_per_node: int | None,
+    output_root: str | None,
+    min_fs_gbps: float | None,
+    min_busbw: float | None,
+    fs_mib: int,
+    files: int,
+    checkpoint_mib: int,
+    sizes: str | None,
+    timeout: float,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Run a short job on N nodes and measure what a big job needs: shared-filesystem write,
+    read and create rates, a checkpoint save + restore (checksums compared), the GPUs against
+    the allocation, an all_reduce across every rank (nccl on GPUs, gloo on CPUs) and the
+    requeue signal's way to the job. Exits 1 when a check fails (or a figure is below
+    --min-fs-gbps / --min-busbw), 0 otherwise.
+
+    OVERRIDES are spec keys, as for `slurmkit submit` (container.image=..., env.NAME=...,
+    resources.account=...); the user config and profile apply. The results stay in
+    OUTPUT_ROOT/preflight-TIME/ (preflight.json).
+
+    \b
+    Examples:
+      slurmkit preflight
+      slurmkit preflight --nodes 16 --gpus-per-node 8 --partition gpu --min-busbw 300
+      slurmkit preflight --min-fs-gbps 1 --output-root /mnt/data/runs --json
+      slurmkit preflight --gpus-per-node 8 container.image=nvcr.io#nvidia/pytorch:24.01-py3
+    """
+    from . import preflight as lib  # preflight: the job, the wait and the verdict
+
+    spec = lib.job(
+        nodes,
+        partition=partition,
+        gpus_per_node=gpus_per_node,
+        output_root=output_root,
+        overrides=overrides,
+        fs_mib=fs_mib,
+        files=files,
+        checkpoint_mib=checkpoint_mib,
+        sizes=sizes,
+    )
+    if dry_run:
+        click.echo("\n".join(lib.dry_run(spec)), nl=False)
+        return
+    say = (lambda _text: None) if as_json else (lambda text: click.echo(text, err=True))
+    limits = lib.Thresholds(min_fs_gbps=min_fs_gbps, min_busbw=min_busbw)
+    result = lib.run(spec, limits, timeout=timeout, say=say)
+    if as_json:
+        _emit_json(result.as_dict())
+    else:
+        lib.print_report(result)
+    sys.exit(1 if result.failed else 0)
+
+
 @main.command()
 @click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's holder as JSON.")
