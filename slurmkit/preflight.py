@@ -153,10 +153,11 @@ def expectation(spec: SweepSpec) -> Expect:
 
 
 def dry_run(spec: SweepSpec) -> list[str]:
-    """The batch script(s) the preflight would submit; nothing is created."""
+    """The batch script the preflight would submit; nothing is created, no cluster asked
+    (without one, the script is rendered all the same)."""
     from . import sweep
 
-    return sweep.submit(spec, backend="slurm", dry_run=True).scripts
+    return sweep.submit(spec, backend="auto", dry_run=True).scripts
 
 
 def run(
@@ -293,12 +294,10 @@ def _job(ranks: Sequence[dict[str, Any]], expect: Expect, state: str, where: str
     hosts = sorted({r.get("host", "?") for r in ranks})
     if state == states.COMPLETED and len(ranks) == expect.ranks:
         return Check("job", OK, f"{expect.ranks} rank(s) on {', '.join(hosts)}")
-    return Check(
-        "job",
-        FAIL,
-        f"{state}: {len(ranks)} of {expect.ranks} rank(s) reported",
-        f"its output: {where}/trials/*/output.log and {where}/logs/",
-    )
+    hint = f"its output: {where}/trials/*/output.log and {where}/logs/"
+    if state == states.COMPLETED and not ranks:  # the nodes wrote them where this host sees none
+        hint = "is output_root on a filesystem the nodes and this host share? " + hint
+    return Check("job", FAIL, f"{state}: {len(ranks)} of {expect.ranks} rank(s) reported", hint)
 
 
 def _seen(view: dict[str, Any]) -> tuple[int | None, str]:
