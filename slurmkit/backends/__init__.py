@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 REGISTRY = {
     "slurm": "slurmkit.backends.slurm:SlurmBackend",
     "local": "slurmkit.backends.local:LocalBackend",
+    "submitit": "slurmkit.backends.submitit:SubmititBackend",
 }
 NAMES = ("auto", *REGISTRY)
 AUTO = ("slurm",)  # what "auto" asks, in order; the first that answers runs the sweep

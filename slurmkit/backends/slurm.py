@@ -328,18 +328,22 @@ def sbatch(script: str, *, dependency: str | None = None) -> str:
         argv.append(f"--dependency={dependency}")
     proc = _run([*argv, script])
     if proc.returncode != 0:
-        message = _first(proc.stderr, all_lines=True) or f"sbatch exited {proc.returncode}"
-        if "partition" in message.lower():
-            names = partitions()
-            err = UserError(
-                f"Slurm refused the job: {message}",
-                key="resources.partition",
-                hint=f"partitions on this cluster: {', '.join(names) or '(none found)'}",
-            )
-        else:
-            err = SchedulerError(f"Slurm refused the job: {message}")
-        raise err
+        raise refused(proc.stderr, proc.returncode)
     return proc.stdout.strip().split(";")[0]
+
+
+def refused(stderr: str, returncode: int) -> UserError:
+    """``sbatch``'s refusal (its stderr and exit code) as a clear error: a bad partition is the
+    spec's mistake, named with the cluster's partitions; anything else is the scheduler's."""
+    message = _first(stderr, all_lines=True) or f"sbatch exited {returncode}"
+    if "partition" in message.lower():
+        names = partitions()
+        return UserError(
+            f"Slurm refused the job: {message}",
+            key="resources.partition",
+            hint=f"partitions on this cluster: {', '.join(names) or '(none found)'}",
+        )
+    return SchedulerError(f"Slurm refused the job: {message}")
 
 
 def user() -> str:

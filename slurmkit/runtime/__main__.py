@@ -26,8 +26,13 @@ def _task(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    sweep = SweepDir(os.path.abspath(root))
-    index = args.offset + int(task_id)
+    return run_trial(os.path.abspath(root), args.offset + int(task_id))
+
+
+def run_trial(root: str, index: int) -> int:
+    """Run trial ``index`` of the sweep directory ``root`` as this task; the exit code for the
+    batch shell (see the module's docstring). The submitit backend's tasks call it too."""
+    sweep = SweepDir(root)
     try:
         run = TrialRun(sweep, index, under_slurm="SLURM_JOB_ID" in os.environ)
     except (OSError, LookupError, ValueError) as exc:  # ValueError: a damaged file
