@@ -780,7 +780,7 @@ def preflight(
       slurmkit preflight
       slurmkit preflight --nodes 16 --gpus-per-node 8 --partition gpu --min-busbw 300
       slurmkit preflight --min-fs-gbps 1 --output-root /mnt/data/runs --json
-      slurmkit preflight --gpus-per-node 8 container.image=nvcr.io#nvidia/pytorch:24.01-py3
+      slurmkit preflight --gpus-per-node 8 container.image=nvcr.io/nvidia/pytorch:24.01-py3
     """
     from . import preflight as lib  # preflight: the job, the wait and the verdict
 

@@ -57,6 +57,8 @@ def _help_examples() -> list[str]:
     return lines
 
 
+# Commands that submit: their examples run with --dry-run, under a temporary output_root.
+SUBMITS = ("sweep", "submit", "preflight")
 README_LINES = [line for kind, text in BLOCKS if kind == "bash" for line in _commands(text)]
 HELP_LINES = _help_examples()
 
@@ -84,7 +86,7 @@ def _run(line: str, sweep_dir: str, tmp_path: Path) -> subprocess.CompletedProce
     words = shlex.split(PLACEHOLDER.sub(sweep_dir, line))[1:]
     ids = [json.loads(r)["id"] for r in Path(sweep_dir, "trials.jsonl").read_text().splitlines()]
     words = [ids[0][:6] if w == "9f2c1a" else w for w in words]  # the examples' id prefix
-    if words[0] in ("sweep", "submit") and "--resume" not in words and "--list" not in words:
+    if words[0] in SUBMITS and "--resume" not in words and "--list" not in words:
         words.append("--dry-run")
     env = {**os.environ, "SLURMKIT_CONFIG": os.devnull}
     if words[0] == "completion" or "--watch" in words:
@@ -97,7 +99,7 @@ def _run(line: str, sweep_dir: str, tmp_path: Path) -> subprocess.CompletedProce
             *words,
             *(
                 [f"output_root={tmp_path}"]
-                if words[0] in ("sweep", "submit") and "--resume" not in words
+                if words[0] in SUBMITS and "--resume" not in words
                 else []
             ),
         ],
