@@ -56,7 +56,8 @@ def env_wrapper(prepend: Mapping[str, str], append: Mapping[str, str]) -> list[s
 def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     """``{"step": [...srun + container options + self-check], "launcher": [...torchrun]}``,
     with ``"env"`` (:func:`env_wrapper`) between them when the spec prepends or appends
-    values; step and launcher are empty when the command runs as it is (one task on one
+    values, and ``"data"`` (:func:`data_step`) when a multi-node trial caches data on its
+    nodes; step and launcher are empty when the command runs as it is (one task on one
     node, no container)."""
     wrap = env_wrapper(spec.env_prepend, spec.env_append)
     r = spec.resources
@@ -98,4 +99,26 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
             "--rdzv-endpoint={master_addr}:{master_port}",
             "--rdzv-id={job_id}",
         ]
-    return {"step": step, "launcher": launcher, **({"env": wrap} if wrap else {})}
+    return {
+        "step": step,
+        "launcher": launcher,
+        **({"env": wrap} if wrap else {}),
+        **({"data": copy} if (copy := data_step(spec)) else {}),
+    }
+
+
+def data_step(spec: SweepSpec) -> list[str]:
+    """The ``srun`` prefix of the step that copies a multi-node trial's ``cache: node``
+    datasets, one task per node, on the host (``python -m slurmkit.runtime.datacache`` follows
+    it), before the trial's own step; empty when there is none (one node copies in the runtime's
+    own process)."""
+    nodes = spec.resources.nodes
+    if nodes < 2 or not any(entry.cache == "node" for entry in spec.data):
+        return []
+    return [
+        "srun",
+        "--kill-on-bad-exit=1",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+    ]

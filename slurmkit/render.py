@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
-from .core.contract import REQUEUE_EXIT
+from .core.contract import ENV_DATA, REQUEUE_EXIT
 from .core.layout import slurm_log_name
 from .core.rendezvous import fill
 from .errors import UserError
-from .launch import SELF_CHECK_NAME
+from .launch import SELF_CHECK_NAME, data_step
 from .plan import Chunk, Plan, chunks
 
 if TYPE_CHECKING:
@@ -110,6 +110,8 @@ def render_array(
         "--open-mode=append",
         *requeue_options(spec.requeue),
         *resource_options(spec.resources),
+        # the stage job failed (its afterok dependency never holds): cancelled, not left pending
+        *(["--kill-on-invalid-dep=yes"] if spec.data and sweep_dir is not None else []),
     ]
     lines = [
         "#!/bin/bash",
@@ -117,6 +119,7 @@ def render_array(
         f"{len(chunk.indices)} trials from index {chunk.indices[0]}.",
         "# Parameters live in the sweep directory (trials.jsonl), never in this script.",
         *_describe(step),
+        *_data_lines(spec, standalone=sweep_dir is None),
         *(f"#SBATCH {opt}" for opt in sbatch),
         "set -u",
         sweep_line,
@@ -132,6 +135,65 @@ def render_array(
         "",
     ]
     return "\n".join(lines)
+
+
+def stage_script(spec: SweepSpec, sweep_dir: str, python: str = sys.executable) -> str:
+    """The batch script of a sweep's stage job: one task without GPUs (the trials' partition,
+    account, qos and time limit) runs ``python -m slurmkit.data``, which stages the datasets
+    that ``sweep.json`` names (never this script) from the job's own credentials (AWS's
+    chain). The sweep's arrays wait for it (``afterok``) and are cancelled if it fails."""
+    q = shlex.quote
+    r = spec.resources
+    asked = (("partition", r.partition), ("time", r.time), ("account", r.account), ("qos", r.qos))
+    options = [
+        f"--job-name={spec.name}-stage",
+        f"--output={sweep_dir}/logs/stage-%j.out",
+        "--open-mode=append",
+        "--requeue",  # preempted: it runs again and goes on from what it copied
+        "--ntasks=1",
+        *(f"--{flag}={value}" for flag, value in asked if value is not None),
+    ]
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# Rendered by slurmkit {__version__}: the stage job of sweep {spec.name!r} "
+            f"(datasets: {', '.join(entry.name for entry in spec.data)}).",
+            "# It stages them once, before the sweep's arrays start: they wait for it (afterok)",
+            "# and are cancelled if it fails. Sources and destinations are read from sweep.json,",
+            "# never written here; credentials come from the job's environment (AWS's chain).",
+            *(f"#SBATCH {opt}" for opt in options),
+            "set -u",
+            f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}",
+            f"PY=${{SLURMKIT_PYTHON:-{q(python)}}}",
+            'exec "$PY" -m slurmkit.data',
+            "",
+        ]
+    )
+
+
+def _data_lines(spec: SweepSpec, standalone: bool) -> list[str]:
+    """Comment lines on the spec's datasets (names only: sources and paths stay in sweep.json)."""
+    if not spec.data:
+        return []
+    if standalone:
+        lines = [
+            "# Data: each task first stages what is not published yet (one copies, the others",
+            "# wait); each trial finds its path in:",
+        ]
+    else:
+        lines = [
+            "# Data, published before this array starts (by the stage job it depends on, when",
+            "# one is needed); each trial finds its path in:",
+        ]
+    for entry in spec.data:
+        var = f"${ENV_DATA}_{entry.name.upper()}"
+        var += f" (${ENV_DATA})" if len(spec.data) == 1 else ""
+        cached = "each node copies it to local disk first, one task per node"
+        lines.append(f"#   {var}" + (f": {cached}" if entry.cache == "node" else ""))
+    copy = data_step(spec)
+    if copy:
+        lines.append(f"# The node copies: {shlex.join(copy)} PYTHON -m slurmkit.runtime.datacache")
+    return lines
 
 
 def resource_options(r: Resources) -> list[str]:

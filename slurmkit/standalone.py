@@ -17,6 +17,7 @@ from . import plan, store
 from . import spec as spec_mod
 from .backends.slurm import SlurmBackend
 from .core.arrays import compress
+from .core.fsutil import read_json
 from .core.layout import SweepDir
 from .errors import UserError
 
@@ -36,6 +37,13 @@ def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) ->
         raise
 
 
+def _has_data(root: str) -> bool:
+    try:
+        return bool(read_json(SweepDir(root).sweep_json).get("data"))
+    except (OSError, ValueError, AttributeError):
+        return False  # the runtime says what is wrong with sweep.json
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slurmkit.standalone")
     parser.add_argument("--offset", type=int, default=0, help="trial index of array task 0")
@@ -52,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as exc:
             print(f"slurmkit.standalone: {exc}", file=sys.stderr)
             return exc.exit_code
+    if _has_data(root):  # no stage job here: each task stages what is not published yet
+        from . import data
+
+        code = data.stage_sweep(root)
+        if code:
+            return code
     runtime = [sys.executable, "-m", "slurmkit.runtime", "task", "--offset", str(args.offset)]
     sys.stdout.flush()
     os.execv(sys.executable, runtime)

@@ -74,7 +74,10 @@ def submit(
     indices = list(range(work.total))
     scripts = render.scripts(work, indices, target.max_array_size, root)
     if dry_run:
-        return _unsubmitted(target, root, work.total, indices, scripts, dry_run=True)
+        result = _unsubmitted(target, root, work.total, indices, scripts, dry_run=True)
+        result.scripts[:0] = _stage_shown(spec, target, root)
+        return result
+    _data_ready(spec, target)
     lock = Lock(root)
     sweep = store.create(work, root, lock=lock)
     recorded: list[bool] = []
@@ -146,7 +149,9 @@ def _resume(
     scripts = render.scripts(work, todo, target.max_array_size, sweep.root) if todo else []
     if dry_run or not todo:
         result = _unsubmitted(target, sweep.root, work.total, todo, scripts, dry_run)
+        result.scripts[:0] = _stage_shown(spec, target, sweep.root) if todo else []
     else:
+        _data_ready(spec, target)
         if overrides:
             store.update_config(sweep, work)
         if on_target is not None:
@@ -175,6 +180,26 @@ def _unsubmitted(
         dry_run=dry_run,
         ran_here=target.runs_here,
     )
+
+
+def _data_ready(spec: spec_mod.SweepSpec, target: Backend) -> None:
+    """Before ``target`` submits: the spec's data staged here, or its sources looked up for the
+    stage job that ``target`` submits (:func:`slurmkit.data.prepare`)."""
+    if spec.data:
+        from . import data  # the stage module: only specs with data
+
+        data.prepare(spec, target)
+
+
+def _stage_shown(spec: spec_mod.SweepSpec, target: Backend, root: str) -> list[str]:
+    """The stage job's script that a dry run shows before the arrays' (none when every
+    dataset is published, or ``target`` stages data on this machine)."""
+    if not spec.data or not target.stages_data:
+        return []
+    from . import data
+
+    text = data.stage_job(spec, root)
+    return [text] if text is not None else []
 
 
 def _check_path(root: str) -> None:

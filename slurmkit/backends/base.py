@@ -96,6 +96,8 @@ class Backend(ABC):
     cancel_key: ClassVar[str]  # the --json key of what cancel stops
     runs_here: ClassVar[bool]  # trials run (and end) within the submit call
     sticky: ClassVar[bool]  # a resume without --backend comes back here (else: auto)
+    stages_data: ClassVar[bool] = False  # submits a stage job for the spec's data (else: staged
+    # on this machine before it submits; slurmkit.data)
 
     def __init__(
         self,

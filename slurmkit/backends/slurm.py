@@ -36,6 +36,7 @@ class SlurmBackend(Backend):
     cancel_key = "jobs"
     runs_here = False
     sticky = True
+    stages_data = True
 
     @classmethod
     def absent(cls) -> str:
@@ -87,15 +88,23 @@ class SlurmBackend(Backend):
             sweep, {"backend": self.name, "state": "submitting", "jobs": [], "user": user()}
         )
         jobs: list[dict[str, Any]] = []
+        staged: list[str] = []  # the stage job of the spec's data, when one is needed
         try:
+            if plan.spec.data:
+                from .. import data
+
+                text = data.stage_job(plan.spec, sweep.root)
+                if text is not None:
+                    staged.append(sbatch(data.write_stage_script(sweep, number, text)))
+                    result.scripts.append(text)
             for c, (chunk, text) in enumerate(scripts):
                 path = store.write_script(sweep, number, c, text)
-                dependency = (
-                    f"afterany:{jobs[-1]['job_id']}" if jobs and plan.spec.max_parallel else None
-                )
+                after = [f"afterok:{job}" for job in staged]
+                if jobs and plan.spec.max_parallel:
+                    after.append(f"afterany:{jobs[-1]['job_id']}")
                 jobs.append(
                     {
-                        "job_id": sbatch(path, dependency=dependency),
+                        "job_id": sbatch(path, dependency=",".join(after) or None),
                         "offset": chunk.offset,
                         "array": chunk.array_spec(),
                         "script": path,
@@ -103,11 +112,12 @@ class SlurmBackend(Backend):
                 )
                 result.scripts.append(text)
         except BaseException:  # refused, a full disk, Ctrl-C: no array left queued unrecorded
-            if jobs:
-                cancel(j["job_id"] for j in jobs)
+            if jobs or staged:
+                cancel([*staged, *(j["job_id"] for j in jobs)])
             store.drop_submission(sweep, number)
             raise
-        store.update_submission(sweep, number, state="submitted", jobs=jobs)
+        stage = {"stage_job": staged[0]} if staged else {}
+        store.update_submission(sweep, number, state="submitted", jobs=jobs, **stage)
         recorded()
         result.jobs = jobs
         arrays = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in jobs)
@@ -163,6 +173,7 @@ class SlurmBackend(Backend):
         self, records: Sequence[dict[str, Any]], live_jobs: set[str], dry_run: bool
     ) -> list[Stopped]:
         ours = {job["job_id"] for record in records for job in record.get("jobs", [])}
+        ours |= {record["stage_job"] for record in records if record.get("stage_job")}
         # every array of ours that the scheduler still runs or queues, also those that no
         # longer own a trial (a concurrent resume's): one more query, only when cancelling
         answer = query(ours) if ours and available() else {}

@@ -12,3 +12,6 @@ CANCELLED_EXIT = 143
 ALREADY_REQUEUED = 76
 # The signal that asks a trial to checkpoint and stop, as a name without "SIG" (e.g. USR2).
 ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"
+# The path of the spec's dataset NAME in a trial: SLURMKIT_DATA_<NAME> (and SLURMKIT_DATA alone
+# when the spec has one dataset).
+ENV_DATA = "SLURMKIT_DATA"

@@ -31,7 +31,7 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import requeue
+from . import datacache, requeue
 
 _SLURM_KEYS = {
     "job_id": "SLURM_JOB_ID",
@@ -104,6 +104,7 @@ class TrialRun:
         self.requeue_signal: str = self.policy.get("signal", "USR2")
         self._claim = Lock(self.dir)
         self.log_start = 0  # where this attempt's output begins in output.log
+        self.early_exit: int | None = None  # the exit code when it ended before its command
 
     def claim(self, wait: float | None = None) -> str | None:
         """Take the trial's claim: one live run per trial, whatever submitted it twice. None
@@ -210,6 +211,7 @@ class TrialRun:
             ENV_SIGNAL: self.requeue_signal,
         }
         launch = cfg.get("launch") or {}
+        step = len(launch.get("step", []))  # the srun prefix of argv, filled in below
         if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
             env.update(rendezvous(env))
             argv = fill(launch, env) + argv
@@ -227,6 +229,22 @@ class TrialRun:
                 fh.write(header)
                 fh.flush()
             self.log_start = (err or log).tell()
+            if cfg.get("data"):
+                try:
+                    found, wrap = datacache.prepare(
+                        cfg["data"],
+                        env,
+                        known["node"],
+                        launch.get("data") or [],
+                        lambda: bool(self.signals),
+                        err or log,
+                    )
+                except datacache.DataError as exc:
+                    (err or log).write(f"slurmkit.data: {exc}\n".encode())
+                    self._data_failed(str(exc))
+                    return
+                env.update(found)
+                argv = [*argv[:step], *wrap, *argv[step:]]
             try:
                 self.proc = subprocess.Popen(
                     argv,
@@ -241,6 +259,18 @@ class TrialRun:
                 (err or log).write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
                 self.proc = None
                 self._finish(127)
+
+    def _data_failed(self, why: str) -> None:
+        """End this attempt before its command: a dataset is missing (FAILED: a rerun would
+        find it missing too), or a stop signal came while it was copied (as if the trial had
+        checkpointed: the requeue policy decides)."""
+        self.proc = None
+        if self.signals:
+            self.early_exit = self._finish(REQUEUE_EXIT)
+            return
+        attempt = self.status["attempts"][-1]
+        attempt.update(state=states.FAILED, exit_code=1, end=time.time())
+        self._record(states.FAILED, 1, reason=f"data: {why}")
 
     def terminate(self, signum: int = signal.SIGTERM) -> None:
         """Forward ``signum`` to the command (safe to call from a signal handler)."""
@@ -260,6 +290,8 @@ class TrialRun:
         """Wait for the command; record the outcome; return the exit code for the batch shell
         (REQUEUE_EXIT asks it to requeue this trial)."""
         if self.proc is None:
+            if self.early_exit is not None:
+                return self.early_exit
             return int(self.status.get("exit_code") or 1)
         while True:
             try:
