@@ -575,3 +575,49 @@ output_root: {tmp_path}/runs
     assert f"s3://{BUCKET}/gone/a.bin: no such object" in log.read_text()
     assert not list(root.glob("trials/*/output.log"))  # no trial ever started
     assert not (tmp_path / "shared" / "gone").exists()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_standalone_script_stages_in_its_tasks_once(slurm_cluster, tmp_path, s3, objects):
+    """Plain ``sbatch`` of ``sweep --dry-run --plain``: no stage job; its tasks take the stage
+    lock, one copies, the others wait, and every trial reads the one shared copy."""
+    env = cluster_env(s3, tmp_path)
+    write(tmp_path / "payload.py", PAYLOAD)
+    write(
+        tmp_path / "plain.yaml",
+        f"""
+name: plain
+command: [python, {tmp_path / "payload.py"}]
+params: {{i: [1, 2, 3, 4]}}
+resources: {{time: 10}}
+data: [{{src: s3://{BUCKET}/ds, dst: {tmp_path}/shared/dsp, name: ds}}]
+""",
+    )
+    script = subprocess.run(
+        [*SLURMKIT, "sweep", "plain.yaml", "--dry-run", "--plain"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    ).stdout
+    write(tmp_path / "plain.sbatch", script)
+    since = s3.mark()
+    job = subprocess.run(
+        ["sbatch", "--parsable", "plain.sbatch"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    ).stdout.strip()
+    states = slurm_cluster.wait_for_jobs([job], timeout=240)
+    root = tmp_path / "runs" / "plain" / f"sbatch-{job}"
+    assert set(states.values()) == {"COMPLETED"}, [p.read_text() for p in tmp_path.glob("*.out")]
+    assert wait_sweep(str(root), timeout=60)["counts"] == {"COMPLETED": 4}
+    assert_fetched_once(s3, since, objects)
+    reports = [json.loads(p.read_text()) for p in root.glob("trials/*/data-*.json")]
+    assert [r["path"] for r in reports] == [f"{tmp_path}/shared/dsp"] * 4
+    assert_matches(tmp_path / "shared" / "dsp", objects)
+    assert_no_secret(tmp_path, *cluster_logs(slurm_cluster))
