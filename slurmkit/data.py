@@ -7,7 +7,7 @@ How each backend gets them there:
   wait for it (``--dependency=afterok``) and are cancelled if it fails. It is one task without
   GPUs, so no GPU is held while a dataset is copied, and it copies each dataset once however
   many array tasks or nodes will read it. Before it is submitted, each source that is not
-  published yet is looked up from here (one HEAD or LIST, where credentials allow), so a
+  published yet is looked up from here (a HEAD and a LIST, where credentials allow), so a
   missing source is an error before anything is submitted. A dataset already published at its
   ``dst`` needs no stage job (nor any request to the object store).
 - **local** and backends that submit no stage job: staged here, before the sweep directory is

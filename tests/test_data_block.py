@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -385,6 +387,22 @@ def refuse_missing_source(tmp_path: Path, s3: Server, backend: str) -> None:
     assert not (tmp_path / "runs").exists() and not (tmp_path / "d").exists()
 
 
+def test_a_resume_stages_again_what_was_removed(tmp_path):
+    dst, files = local_dataset(tmp_path)
+    body = "command: [python, -c, 'import os, sys; sys.exit(os.path.exists(os.environ[\"F\"]))']\n"
+    write(tmp_path / "s.yaml", body + f"data: [{{src: {tmp_path}/src, dst: {dst}}}]\n")
+    env = {"F": str(tmp_path / "fail-once")}
+    (tmp_path / "fail-once").touch()
+    proc = run_cli("submit", "s.yaml", "--backend", "local", "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 1  # FAILED: resume runs it again
+    (tmp_path / "fail-once").unlink()
+    shutil.rmtree(dst)
+    root = json.loads(proc.stdout)["sweep_dir"]
+    again = run_cli("sweep", "--resume", root, "--backend", "local", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert_matches(dst, files)
+
+
 def test_a_missing_source_is_refused_before_anything_is_made(tmp_path, s3):
     refuse_missing_source(tmp_path, s3, "local")
 
@@ -471,7 +489,10 @@ data: [{{src: s3://{BUCKET}/ds, dst: {tmp_path}/shared/ds}}]
 output_root: {tmp_path}/runs
 """
     since = s3.mark()
-    results = [submit(tmp_path, env, body.replace("NAME", n), "sweep") for n in ("a", "b")]
+    with ThreadPoolExecutor(2) as pool:  # at once: each finds the dataset unpublished
+        results = list(
+            pool.map(lambda n: submit(tmp_path, env, body.replace("NAME", n), "sweep"), "ab")
+        )
     for result in results:
         record = json.loads(Path(result["sweep_dir"], "submissions", "0000.json").read_text())
         assert record["stage_job"]  # each found the dataset unpublished and submitted a stager
