@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
+from ..yamlimport import yaml
 
 from ..errors import SpecError
 
