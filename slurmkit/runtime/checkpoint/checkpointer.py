@@ -19,7 +19,6 @@ picklable), else with pickle; checkpoints are trusted like code (``weights_only=
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -33,13 +32,16 @@ import warnings
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import crc, memory
 from .collectives import _collective, _distributed, _rank, agree_step
 from .snapshot import _Copies, _dense_tree_bytes, _owned_by, _Snapshot
 from .storage import CheckpointError, _failure, _Local, _storage
 from .writer import _dump, _Writer
+
+if TYPE_CHECKING:
+    from .mirror import Mirror, MirrorStatus
 
 COMMIT = "COMMIT.json"
 _TMP = ".tmp-"
@@ -53,13 +55,17 @@ class _Invalid(Exception):
 _open: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
 
 
-@atexit.register
 def _wait_all() -> None:
     for ckpt in list(_open):
         try:
-            ckpt.wait()
+            ckpt.wait_mirrored(ckpt.mirror_wait)
         except BaseException as exc:  # nothing left to raise it to
             print(f"slurmkit.checkpoint: last checkpoint not saved: {exc}", file=sys.stderr)
+
+
+# At exit, before concurrent.futures stops taking work (an atexit hook would run after that,
+# and a pending asynchronous save could then not write nor prune)
+threading._register_atexit(_wait_all)  # type: ignore[attr-defined]
 
 
 def _skipping(step: int, why: Exception) -> None:
@@ -74,6 +80,12 @@ class Checkpointer:
     :meth:`save` (replicated state, e.g. DDP); default: torch.distributed's rank once it is
     initialized, else ``RANK`` (torchrun), else 0. :meth:`save_sharded` is for sharded state
     (every rank writes). One writing process per ``root``.
+
+    ``mirror``: a second root (e.g. ``s3://bucket/run``) that a background thread copies each
+    committed checkpoint to, keeping ``mirror_keep`` (default: ``keep``); :meth:`load_latest`
+    restores the newest checkpoint valid on either. Default: ``SLURMKIT_CHECKPOINT_MIRROR``
+    (see :func:`.mirror.from_environment`); ``False``: none. ``close()`` and the interpreter's
+    exit wait ``mirror_wait`` seconds at most for the uploads left.
     """
 
     def __init__(
@@ -83,6 +95,9 @@ class Checkpointer:
         keep: int = 3,
         async_save: bool = False,
         rank: int | None = None,
+        mirror: str | os.PathLike[str] | Literal[False] | None = None,
+        mirror_keep: int | None = None,
+        mirror_wait: float = 60.0,
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
@@ -99,6 +114,10 @@ class Checkpointer:
         self._snapshot: _Snapshot | None = None
         self._hooks: list[Any] = []  # optimizer step-pre-hooks of an overlapped snapshot
         self._verified: dict[int, dict[str, Any]] = {}
+        from .mirror import attach  # the mirror module builds on this one
+
+        self.mirror: Mirror | None = attach(self, mirror, mirror_keep)
+        self.mirror_wait = mirror_wait
         _open.add(self)
 
     @property
@@ -211,11 +230,24 @@ class Checkpointer:
             self._pruning.result()
             self._pruning = None
 
+    def wait_mirrored(self, timeout: float | None = None) -> bool:
+        """Wait for the pending write, then up to ``timeout`` seconds for the mirror's uploads;
+        True when the last committed checkpoint is on the mirror (or there is no mirror)."""
+        self.wait()
+        return self.mirror is None or self.mirror.wait(timeout)
+
+    def mirror_status(self) -> MirrorStatus | None:
+        """What the mirror's uploader is doing (``None`` without a mirror)."""
+        return None if self.mirror is None else self.mirror.status
+
     def close(self) -> None:
-        """Wait for the pending write and pruning; release the I/O thread and snapshot buffers."""
+        """Wait for the pending write and pruning, and up to ``mirror_wait`` seconds for the
+        mirror; release the I/O and upload threads and the snapshot buffers."""
         try:
-            self.wait()
+            self.wait_mirrored(self.mirror_wait)
         finally:
+            if self.mirror is not None:
+                self.mirror.stop()
             for pool in (self._pool, self._crcs):
                 if pool is not None:
                     pool.shutdown()
@@ -266,6 +298,8 @@ class Checkpointer:
         except OSError as exc:
             raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
         self._verified[step] = record
+        if self.mirror is not None:
+            self.mirror.put(step, record)
         self._pruning = self._io().submit(self._prune, step)
 
     def _write_file(self, directory: str, name: str, state: Any, how: str) -> dict[str, int]:
@@ -440,8 +474,11 @@ class Checkpointer:
         """``(step, state)`` of the newest valid checkpoint, or ``None``.
 
         Torn, corrupt or half-written checkpoints are skipped with a warning; an error in
-        unpickling a checkpoint that checks out is raised.
+        unpickling a checkpoint that checks out is raised. With a mirror, the newest checkpoint
+        valid on either tier (for one step, the fast path's copy first).
         """
+        if self.mirror is not None:
+            return self.mirror.load_newest(self, map_location)
         try:
             for step, record in self._valid(("torch", "pickle")):
                 return step, self._deserialize(step, record, map_location)
@@ -451,6 +488,12 @@ class Checkpointer:
 
     def resume(self, *, map_location: Any = "cpu") -> tuple[int, Any] | None:
         """Like :meth:`load_latest`, at the newest step valid on every rank (:func:`agree_step`)."""
+        if self.mirror is not None:  # one read, usually the agreed step
+            found = self.mirror.load_newest(self, map_location)
+            step = agree_step(None if found is None else found[0])
+            if step is None or (found is not None and found[0] == step):
+                return found
+            return step, self.mirror.load(self, step, map_location)
         step = agree_step(self._newest(("torch", "pickle")))
         return None if step is None else (step, self.load(step, map_location=map_location))
 
@@ -503,6 +546,8 @@ class Checkpointer:
                 self._commit(directory, record)
                 self.store.sync_dir(directory)
                 self._verified[step] = record
+                if self.mirror is not None:
+                    self.mirror.put(step, record)
         except OSError as exc:
             raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
         if self.rank == 0:
