@@ -59,12 +59,14 @@ def write_spec(path: Path, body: str) -> Path:
 def no_user_config(monkeypatch, tmp_path_factory):
     """Tests never see the developer's ~/.config/slurmkit/config.yaml, nor their poll cache
     (~/.cache/slurmkit); a poll answer is at most 1 s old (10 s by default), so that tests
-    that wait for a sweep do not wait for the cache."""
+    that wait for a sweep do not wait for the cache, and submit limits are asked every time."""
     if "SLURMKIT_CONFIG" not in os.environ:
         monkeypatch.setenv("SLURMKIT_CONFIG", os.devnull)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))
     if "SLURMKIT_POLL_INTERVAL" not in os.environ:
         monkeypatch.setenv("SLURMKIT_POLL_INTERVAL", "1")
+    if "SLURMKIT_LIMITS_TTL" not in os.environ:  # tests that shim sacctmgr see their own
+        monkeypatch.setenv("SLURMKIT_LIMITS_TTL", "0")
 
 
 @pytest.fixture

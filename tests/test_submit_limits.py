@@ -1,8 +1,8 @@
 """The user's submit limits (association and QOS MaxSubmitJobs, from Slurm's accounting): a
 sweep that would go over them is refused before anything is created, naming the limit.
 
-The test cluster keeps no accounting (no slurmdbd), so `sacctmgr` is a PATH shim printing what
-sacctmgr prints (`-nP`: no header, `|`-separated); squeue is the real one when the cluster is up.
+`sacctmgr` is a PATH shim printing what sacctmgr prints (`-nP`: no header, `|`-separated), so
+that each test sets the limits it needs; squeue is the real one when the cluster is up.
 """
 
 from __future__ import annotations
@@ -123,3 +123,35 @@ def test_accounting_that_does_not_answer_holds_nothing_back(monkeypatch, spec_fi
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     assert slurm.headroom(None, None) is None
     slurm.SlurmBackend(accounting=True).check(_spec(spec_file, tmp_path, 10), 10)
+
+
+def test_a_limit_is_asked_once_per_ttl_and_a_failure_never_kept(monkeypatch, tmp_path):
+    """slurmdbd costs several round trips per sacctmgr: the answer (a limit, or none) is kept
+    for SLURMKIT_LIMITS_TTL seconds; what accounting failed to answer is asked again."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    _shim(bin_dir, "sacctmgr", f'echo "$3" >> {calls}\nexit 1\n')
+    _shim(bin_dir, "squeue", "echo 7\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SLURMKIT_LIMITS_TTL", "600")
+    asked = lambda: calls.read_text().split() if calls.exists() else []
+    assert slurm.headroom("ml", None) is None and slurm.headroom("ml", None) is None
+    assert len(asked()) == 6  # failed both times: asked both times
+
+    calls.unlink()
+    _sacctmgr(bin_dir, "ml||3|normal\\n", "normal|\\n")
+    counting = (bin_dir / "sacctmgr").read_text().replace("#!/bin/sh\n", "")
+    _shim(bin_dir, "sacctmgr", f'echo "$3" >> {calls}\n{counting}')
+    want = (Limit(3, "account ml MaxSubmitJobs"), 1)
+    assert slurm.headroom("ml", None) == want
+    assert slurm.headroom("ml", None) == want  # from the cache; the queue counted again
+    assert sorted(asked()) == ["assoc", "qos", "user"]
+    assert slurm.headroom("other", None) is None  # another account: asked, no limit
+    assert slurm.headroom("other", None) is None  # "no limit" is kept too
+    assert len(asked()) == 6
+
+    monkeypatch.setenv("SLURMKIT_LIMITS_TTL", "0")
+    assert slurm.headroom("ml", None) == want
+    assert len(asked()) == 9

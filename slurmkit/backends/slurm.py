@@ -5,16 +5,19 @@ Every query is ONE call for the whole sweep, whatever its size.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..core import states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
+from ..core.fsutil import atomic_write_json
 from ..errors import SchedulerError, UserError
 from . import pollcache, schedq
 from .base import Backend, LiveTask, Probe, Progress, Stopped, Submission, TaskState
@@ -297,28 +300,73 @@ def max_job_count(cfg: dict[str, str]) -> int | None:
         return None
 
 
+LIMITS_TTL = 600.0
+"""Seconds a user's submit limit is kept in the cache (``SLURMKIT_LIMITS_TTL``; 0: ask each time).
+Asking slurmdbd costs several round trips (about 0.3 s on the test cluster) on every submit,
+while limits change seldom; the jobs queued are always counted now."""
+
+
 def headroom(account: str | None, qos: str | None) -> tuple[Limit, int] | None:
     """The user's tightest submit limit (association or QOS MaxSubmitJobs) and how many jobs
     they have queued now; None when none applies or accounting does not answer (the sweep is
     then not held back: Slurm itself still refuses what is over a limit)."""
     name = user()
+    key = f"{os.environ.get('SLURM_CONF', '')}|{name}|{account or ''}|{qos or ''}"
+    try:
+        found = _cached_limit(key, lambda: _ask_limit(name, account, qos))
+    except SchedulerError:  # accounting does not answer
+        return None
+    if found is None:
+        return None
+    queued = _run(["squeue", "-h", "-r", "-u", name, "-o", "%i"], timeout=30)
+    return (found, len(queued.stdout.split())) if queued.returncode == 0 else None
+
+
+def _ttl() -> float:
+    try:
+        return max(0.0, float(os.environ.get("SLURMKIT_LIMITS_TTL") or LIMITS_TTL))
+    except ValueError:
+        return LIMITS_TTL
+
+
+def _cached_limit(key: str, ask: Callable[[], Limit | None]) -> Limit | None:
+    """``ask()``, or its answer for ``key`` from the last :func:`_ttl` seconds (kept in
+    ``limits.json`` beside the poll cache; two callers racing both ask, the last one's stays)."""
+    path = os.path.join(pollcache.directory(), "limits.json")
+    now, ttl = time.time(), _ttl()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            kept = json.load(fh)
+        when, jobs, source = kept[key]
+        if 0 <= now - float(when) < ttl:
+            return None if jobs is None else Limit(int(jobs), str(source))
+    except (OSError, ValueError, KeyError, TypeError):
+        kept = {}
+    found = ask()
+    if ttl > 0:
+        kept = {k: v for k, v in kept.items() if isinstance(v, list) and now - v[0] < ttl}
+        kept[key] = [now, *((found.jobs, found.source) if found else (None, None))]
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            atomic_write_json(path, kept, fsync=False)
+        except OSError:
+            pass  # no cache directory: ask again next time
+    return found
+
+
+def _ask_limit(name: str, account: str | None, qos: str | None) -> Limit | None:
+    """The tightest limit, asked from accounting now (three ``sacctmgr`` at once);
+    SchedulerError when accounting does not answer."""
     assoc = "format=Account,Partition,MaxSubmit,DefaultQOS"
     asks = [
         Command(["sacctmgr", "-nP", "show", "assoc", "where", f"user={name}", assoc], 30),
         Command(["sacctmgr", "-nP", "show", "qos", "format=Name,MaxSubmitPU"], 30),
         Command(["sacctmgr", "-nP", "show", "user", name, "format=DefaultAccount"], 30),
     ]
-    try:
-        answers = [ask.wait() for ask in asks]
-    except SchedulerError:
-        return None
+    answers = [ask.wait() for ask in asks]
     if any(a.returncode != 0 for a in answers):
-        return None
-    found = limit(answers[0].stdout, answers[1].stdout, answers[2].stdout, account, qos)
-    if found is None:
-        return None
-    queued = _run(["squeue", "-h", "-r", "-u", name, "-o", "%i"], timeout=30)
-    return (found, len(queued.stdout.split())) if queued.returncode == 0 else None
+        raise SchedulerError("sacctmgr failed")
+    return limit(answers[0].stdout, answers[1].stdout, answers[2].stdout, account, qos)
 
 
 def has_pyxis() -> bool:
