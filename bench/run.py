@@ -10,7 +10,8 @@ map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slu
 <= 1.5x `import submitit`; a function sweep of 1,000 trials no slower than submitit's
 map_array of the same; slurmkit.executor's map_array(1000) <= 1.2x submitit's; `slurmkit stage`
 of 1,000 small files from a local S3 server no slower than fsspec's `fs.get(recursive=True)`,
-at most one GET per object (plus one LIST per 1,000 keys), and no GET over a complete DST.
+at most one GET per object (plus one LIST per 1,000 keys), and no GET over a complete DST;
+`slurmkit report` of 10,000 accounted array tasks <= 2 s with one sacct query.
 """
 
 from __future__ import annotations
@@ -408,6 +409,115 @@ def bench_doctor(repeat: int) -> None:
     row("slurmkit doctor (no --nodes)", ours, base, "scontrol show config", "<= 1 s")
 
 
+_REPLAY = """#!/bin/sh
+# A stand-in for sacct: rows recorded from a real run, replayed for the jobs asked (--jobs=).
+echo "$*" >> {log}
+jobs=
+for a in "$@"; do case "$a" in --jobs=*) jobs="${{a#--jobs=}}";; esac; done
+exec awk -F'|' -v jobs="$jobs" '
+BEGIN {{ n = split(jobs, j, ","); for (i = 1; i <= n; i++) w[j[i]] = 1 }}
+{{ split($1, p, "_"); if (($1 in w) || (p[1] in w)) print }}' {rows}
+"""
+
+
+def _recorded_run(env: dict[str, str], tmp: Path) -> tuple[list[str], dict[int, dict], Path]:
+    """A small real sweep on the cluster (8 tasks, one GPU each, two that fail): its sacct
+    rows (the report's own query), its trials' status files, and its directory."""
+    from slurmkit import accounting
+
+    spec = tmp / "rec.yaml"
+    spec.write_text(
+        "command: [python, -c, 'import sys; sys.exit(int(sys.argv[1][-1]) % 4)']\n"
+        f"params: {{i: 'range(0,8)'}}\noutput_root: {tmp / 'runs'}\nresources: {{gpus: 1}}\n"
+    )
+    proc = run([*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--wait", "--json"], env=env)
+    root = Path(json.loads(proc.stdout.splitlines()[0])["sweep_dir"])
+    job = json.loads((root / "submissions" / "0000.json").read_text())["jobs"][0]["job_id"]
+    for _ in range(60):  # slurmdbd hears of the last ends a moment later
+        text = run(accounting.argv(jobs=[job]), env=env).stdout
+        rows = [
+            line for line in text.splitlines() if line.split("|")[2] not in ("RUNNING", "PENDING")
+        ]
+        if len(rows) == 8:
+            break
+        time.sleep(1)
+    ids = [json.loads(line)["id"] for line in (root / "trials.jsonl").read_text().splitlines()]
+    statuses = {
+        i: json.loads((root / "trials" / t / "status.json").read_text()) for i, t in enumerate(ids)
+    }
+    return sorted(rows, key=lambda r: int(r.split("|")[0].split("_")[1])), statuses, root
+
+
+def bench_report(repeat: int, n: int = 10_000, sample: int = 200) -> None:
+    """`slurmkit report` of a sweep of n accounted array tasks (ONE sacct query) against a naive
+    loop of one `sacct --jobs=ARRAY_TASK` per task. Running n real tasks takes ~20 min here, so
+    both sides ask a PATH shim `sacct` that replays the rows of a small real run (8 tasks),
+    their ids replicated to n tasks (each trial's status.json likewise); the naive loop is
+    sampled and extrapolated. For scale: the real sacct's time for one task of that run."""
+    repeat = min(repeat, 3)
+    env = _cluster_env()
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    recorded, statuses, real_root = _recorded_run(env, tmp)
+    real_job = json.loads((real_root / "submissions" / "0000.json").read_text())["jobs"][0][
+        "job_id"
+    ]
+    array = "900000"
+    root = tmp / "big"
+    (root / "submissions").mkdir(parents=True)
+    (root / "trials").mkdir()
+    shutil.copy(real_root / "sweep.json", root / "sweep.json")
+    record = {"backend": "slurm", "state": "submitted", "user": "bench",
+              "jobs": [{"job_id": array, "offset": 0, "array": f"0-{n - 1}"}]}  # fmt: skip
+    (root / "submissions" / "0000.json").write_text(json.dumps(record))
+    rows, lines = [], []
+    for i in range(n):
+        tid = f"t{i:05d}"
+        lines.append(json.dumps({"index": i, "id": tid, "params": {"i": i}}))
+        fields = recorded[i % len(recorded)].split("|")
+        fields[0], fields[1] = f"{array}_{i}", str(1_000_000 + i)
+        fields[-1] = f"slurmkit:{root}"
+        rows.append("|".join(fields))
+        status = json.loads(json.dumps(statuses[i % len(statuses)]))
+        status.update(id=tid, index=i)
+        for attempt in status["attempts"]:
+            attempt.update(job_id=str(1_000_000 + i), array_job_id=array, array_task_id=str(i))
+        (root / "trials" / tid).mkdir()
+        (root / "trials" / tid / "status.json").write_text(json.dumps(status))
+    (root / "trials.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp / "rows.txt").write_text("\n".join(rows) + "\n")
+    bin_dir, log = tmp / "bin", tmp / "calls.log"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(_REPLAY.format(log=log, rows=tmp / "rows.txt"))
+    (bin_dir / "sacct").chmod(0o755)
+    shimmed = {**env, "PATH": f"{bin_dir}{os.pathsep}{env['PATH']}", "SLURMKIT_CONFIG": os.devnull}
+    print(f"  (sacct replayed by a PATH shim: {len(recorded)} real rows of array {real_job}, "
+          f"ids replicated to {n} tasks; both sides ask the shim)")  # fmt: skip
+    log.write_text("")
+    table = timed(lambda: run([*SLURMKIT, "report", str(root)], env=shimmed, cwd=NEUTRAL), repeat)
+    as_json = timed(
+        lambda: run([*SLURMKIT, "report", str(root), "--json"], env=shimmed, cwd=NEUTRAL), repeat
+    )
+    queries = len(log.read_text().splitlines()) / (2 * repeat)
+    doc = json.loads(run([*SLURMKIT, "report", str(root), "--json"], env=shimmed).stdout)
+    assert doc["sweeps"][0]["attempts"] == n, doc["sweeps"][0]["attempts"]
+    from slurmkit import accounting
+
+    def naive() -> None:  # one sacct per task, each answer parsed
+        for i in range(sample):
+            out = run([*accounting.argv(jobs=[f"{array}_{i}"])], env=shimmed).stdout
+            accounting.parse(out)
+
+    loop = [t * n / sample for t in timed(naive, repeat)]
+    row(f"report, {n} tasks (table)", table, loop, f"naive sacct loop (x{n}, extrapolated)",
+        "<= 2 s")  # fmt: skip
+    row(f"report, {n} tasks (--json)", as_json, loop, "naive sacct loop (extrapolated)", "<= 2 s")
+    print(f"{'  sacct queries per report':<34} {queries:g} (naive: {n})")
+    one = timed(lambda: run(accounting.argv(jobs=[f"{real_job}_0"]), env=env), repeat)
+    shim_one = [t / sample for t in timed(naive, 1)]
+    row("real sacct, one task (for scale)", one, shim_one, "the shim, one task", "(info)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 BENCHES = {
     "help": bench_help,
     "local": bench_local,
@@ -416,6 +526,7 @@ BENCHES = {
     "notebook": bench_notebook,
     "stage": bench_stage,
     "doctor": bench_doctor,
+    "report": bench_report,
 }
 
 

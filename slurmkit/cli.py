@@ -809,6 +809,81 @@ def preflight(
 
 
 @main.command()
+@click.argument("dirs", nargs=-1, metavar="[DIR]...", shell_complete=_dirs)
+@click.option(
+    "--since",
+    metavar="DATE",
+    help="Every job of --user since DATE (2026-11-01, 2026-11-01T08:00, 7d, 12h); "
+    "their sweep directories are found by the job comment.",
+)
+@click.option("--user", metavar="USER", help="With --since: whose jobs (default: yours).")
+@click.option("--by", metavar="KEY", help="Also group by account, user, label or label.NAME.")
+@click.option("--trials", "show_trials", is_flag=True, help="Also a table of every trial.")
+@click.option("--json", "as_json", is_flag=True, help="Sweeps, trials and attempts as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="One row per attempt, as CSV.")
+@click.option("--prometheus", is_flag=True, help="The figures in Prometheus's text format.")
+@click.option(
+    "--plot",
+    metavar="PNG",
+    help="Also draw queue delay and GPU-hours over time into PNG (needs matplotlib: "
+    "pip install 'slurmkit[plot]').",
+)
+@_guard
+def report(
+    dirs: tuple[str, ...],
+    since: str | None,
+    user: str | None,
+    by: str | None,
+    show_trials: bool,
+    as_json: bool,
+    as_csv: bool,
+    prometheus: bool,
+    plot: str | None,
+) -> None:
+    """Where the time and money of sweeps went: queue delay, run time, attempts and why they
+    ended, GPU-hours useful and lost, failure rate and cost per successful trial; from ONE
+    accounting query (sacct) joined with the sweep directories.
+
+    Prices per GPU-hour (per CPU-hour without GPUs) of each partition come from the user
+    config: report: {prices: {h100: 4.25}}.
+
+    \b
+    Examples:
+      slurmkit report runs/lr-20261130-101500
+      slurmkit report runs/lr-20261130-101500 --trials
+      slurmkit report runs/lr-20261130-101500 --csv > attempts.csv
+      slurmkit report runs/lr-20261130-101500 --prometheus > slurmkit.prom
+      slurmkit report --since 7d --by label.team
+      slurmkit report --since 2026-11-01 --user alice --json
+    """
+    if bool(dirs) == (since is not None):
+        raise click.UsageError("give sweep directories, or --since DATE")
+    if user is not None and since is None:
+        raise click.UsageError("--user goes with --since")
+    if as_json + as_csv + prometheus > 1:
+        raise click.UsageError("--json, --csv and --prometheus: give one of them")
+    from . import reportout  # report: sacct, the sweep directories; rich only for tables
+    from .report import collect
+
+    if plot is not None:
+        reportout.check_plot()
+    found = collect(dirs, since=since, user=user, by=by)
+    _warn(found.warnings)
+    if as_json:
+        _emit_json(found.as_dict())
+    elif as_csv:
+        reportout.write_csv(found)
+    elif prometheus:
+        click.echo(reportout.prometheus(found), nl=False)
+    else:
+        reportout.print_tables(found, show_trials)
+    if plot is not None:
+        reportout.plot(found, plot)
+        if not (as_json or as_csv or prometheus):
+            click.echo(f"plot: {plot}", err=True)
+
+
+@main.command()
 @click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's holder as JSON.")
 @_guard

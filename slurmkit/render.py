@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
 from .core.contract import ENV_DATA, REQUEUE_EXIT
-from .core.layout import slurm_log_name
+from .core.layout import COMMENT_PREFIX, slurm_log_name
 from .core.rendezvous import fill
 from .errors import UserError
 from .launch import SELF_CHECK_NAME, data_step
@@ -110,6 +110,7 @@ def render_array(
         "--open-mode=append",
         *requeue_options(spec.requeue),
         *resource_options(spec.resources),
+        *comment_options(spec, sweep_dir),
         # the stage job failed (its afterok dependency never holds): cancelled, not left pending
         *(["--kill-on-invalid-dep=yes"] if spec.data and sweep_dir is not None else []),
     ]
@@ -194,6 +195,16 @@ def _data_lines(spec: SweepSpec, standalone: bool) -> list[str]:
     if copy:
         lines.append(f"# The node copies: {shlex.join(copy)} PYTHON -m slurmkit.runtime.datacache")
     return lines
+
+
+def comment_options(spec: SweepSpec, sweep_dir: str | None) -> list[str]:
+    """``--comment=slurmkit:SWEEP_DIR``: accounting keeps it (``AccountingStoreFlags=
+    job_comment``), and ``slurmkit report --since`` finds each job's sweep directory by it.
+    Not in a standalone script (its directory is named when it runs), nor over the spec's own
+    comment (``resources.extra``; refused with ``labels``)."""
+    if sweep_dir is None or "comment" in spec.resources.extra:
+        return []
+    return [f"--comment={COMMENT_PREFIX}{sweep_dir}"]
 
 
 def resource_options(r: Resources) -> list[str]:

@@ -25,6 +25,8 @@ PLACEHOLDER = re.compile(r"runs/\w+-20261130-101500")
 CANNOT = {
     "image import": "needs enroot (a compute node's tool): tests/test_jobs.py fakes it",
     "stage": "needs object storage: tests/test_stage.py runs it against a local S3 server",
+    "report --since": "asks the cluster's accounting (exit 1 without one): "
+    "tests/test_cluster_report.py runs it on the test cluster",
     "doctor": "judges the cluster it runs on (exit 1 without one; the examples name a site's "
     "partition and path): tests/test_doctor.py runs it on the test cluster",
 }

@@ -50,6 +50,7 @@ resources: {partition: low, time: "0:05:00", mem: 1G, extra: {exclusive: true}}
         "#SBATCH --nodes=1",
         "#SBATCH --mem=1G",
         "#SBATCH --exclusive",
+        "#SBATCH --comment=slurmkit:/shared/runs/demo-1",  # accounting leads back here
     ]
     for bad in ("rm -rf", "`id`", "it's", "t.py"):
         assert bad not in text

@@ -333,7 +333,7 @@ PORTS: dict[str, Port] = {
     ),
 }
 # The options slurmkit itself puts in every script (not the original's).
-OWN = re.compile(r"--(array|output|error|open-mode|requeue|no-requeue|signal)(=|$)")
+OWN = re.compile(r"--(array|output|error|open-mode|requeue|no-requeue|signal|comment)(=|$)")
 
 
 def normalise(text: str, submit_dir: Path) -> str:

@@ -10,7 +10,8 @@
       scripts/NNNN-C.sbatch the rendered batch script of submission NNNN, array chunk C
       logs/                 Slurm's own output per array task (%A_%a.out)
       trials/ID/            status.json, metrics.json, metrics.jsonl, output.log
-                            (and output.err with logs.stderr: separate)
+                            (and output.err with logs.stderr: separate), checkpoints.jsonl
+                            (step and time of each checkpoint the trial committed)
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 DEFAULT_LOG_NAME = "%A_%a"  # Slurm's own log of an array task, without .out / .err
+# A trial's checkpoint journal (runtime/checkpoint/journal.py appends, `slurmkit report` reads).
+CHECKPOINT_JOURNAL = "checkpoints.jsonl"
+# The job comment of a sweep's arrays, `slurmkit:SWEEP_DIR` (render.py writes it, accounting
+# keeps it with AccountingStoreFlags=job_comment, `slurmkit report --since` reads it).
+COMMENT_PREFIX = "slurmkit:"
 
 
 def slurm_log_name(pattern: str | None, name: str, standalone: bool) -> str:
@@ -79,6 +85,10 @@ class SweepDir(NamedTuple):
     def errors(self, trial_id: str) -> str:
         """The trial's stderr, when the spec keeps it apart (``logs.stderr: separate``)."""
         return os.path.join(self.trial(trial_id), "output.err")
+
+    def checkpoint_journal(self, trial_id: str) -> str:
+        """One line per checkpoint the trial committed (step, time): it outlives pruning."""
+        return os.path.join(self.trial(trial_id), CHECKPOINT_JOURNAL)
 
     def exists(self) -> bool:
         return os.path.isfile(self.manifest) and os.path.isfile(self.sweep_json)

@@ -1,7 +1,8 @@
 """A spec's layers, merged: built-in profile < user config < spec file < command-line overrides.
 
 The user config is ``$SLURMKIT_CONFIG`` or ``~/.config/slurmkit/config.yaml``; its keys are spec
-keys (``resources``, ``output_root``, ``container``, ``profile``, ``env``, ``requeue``).
+keys (``resources``, ``output_root``, ``container``, ``profile``, ``env``, ``requeue``), and the
+``report`` section (``slurmkit report``'s prices), left out before the merge.
 
 Files are read by :func:`.yamldata.read` on both paths. Layers of plain data are merged by
 :mod:`.yamldata` (fast: no omegaconf import); anything else (``${...}`` interpolation, ``???``,
@@ -26,8 +27,9 @@ from . import yamldata
 from .model import CLI, TOP_KEYS
 from .validate import ALIASES, canonical
 
-CONFIG_KEYS = ("resources", "output_root", "container", "profile", "env", "requeue")
-_MAPPINGS = ("resources", "container", "env", "requeue")  # keys whose values are mappings
+CONFIG_KEYS = ("resources", "output_root", "container", "profile", "env", "requeue", "report")
+_MAPPINGS = ("resources", "container", "env", "requeue", "report")  # keys of mappings
+SECTIONS = ("report",)  # user-config sections that are no spec keys: never merged into specs
 _OPENERS = ("BRACKET_OPEN", "BRACE_OPEN", "POPEN")
 _CLOSERS = ("BRACKET_CLOSE", "BRACE_CLOSE", "PCLOSE")
 
@@ -178,7 +180,21 @@ def user_config_path() -> str:
 
 
 def user_config() -> tuple[dict[str, Any], str]:
-    """The user's defaults (``{}`` without a file) and the file's path, for messages."""
+    """The user's spec defaults (``{}`` without a file) and the file's path, for messages;
+    without the sections that are no spec keys (:func:`user_section`)."""
+    data, where = _user_file()
+    return _canonical({k: v for k, v in data.items() if k not in SECTIONS}, where), where
+
+
+def user_section(name: str) -> tuple[dict[str, Any], str]:
+    """A section of the user config that is no spec key (``report``; ``{}`` when it has none)
+    and the file's path."""
+    data, where = _user_file()
+    return data.get(name) or {}, where
+
+
+def _user_file() -> tuple[dict[str, Any], str]:
+    """The user config as read (``{}`` without a file), its top level checked."""
     where = user_config_path()
     if not os.path.isfile(where):
         return {}, where
@@ -198,7 +214,7 @@ def user_config() -> tuple[dict[str, Any], str]:
     for key in _MAPPINGS:
         if not isinstance(data.get(key), dict | None):
             raise SpecError("must be a mapping", file=where, key=key)
-    return _canonical(data, where), where
+    return data, where
 
 
 def _user_config_omegaconf(where: str) -> Any:

@@ -38,6 +38,7 @@ TOP_KEYS = (
     "logs",
     "torchrun",
     "data",
+    "labels",
 )
 LAUNCHERS = ("torchrun", "srun", "none")  # none: the command itself, but under srun
 # The srun options a spec may set (`srun: {mpi: pmix, label: true}`): True renders a flag.
@@ -215,6 +216,8 @@ class SweepSpec:
     logs: Logs = field(default_factory=Logs)
     torchrun: dict[str, int] = field(default_factory=dict)  # e.g. nproc_per_node
     data: tuple[DataEntry, ...] = ()  # datasets staged before the trials start (slurmkit.data)
+    # attribution ({team: nlp}): kept in sweep.json for `slurmkit report --by label`
+    labels: dict[str, str] = field(default_factory=dict)
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -239,6 +242,7 @@ class SweepSpec:
             logs=asdict(self.logs),
             torchrun=dict(self.torchrun),
             data=[asdict(d) for d in self.data],
+            labels=dict(self.labels),
             container=self.container.to_dict() if self.container else None,
         )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}

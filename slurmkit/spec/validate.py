@@ -238,6 +238,7 @@ def validate(
         requeue=_requeue(data.get("requeue"), source, resources.time),
         logs=_logs(data.get("logs"), source),
         data=_data(data.get("data"), source),
+        labels=_labels(data.get("labels"), resources, source),
     )
 
 
@@ -260,6 +261,41 @@ def _torchrun(raw: Any, launcher: Any, source: str) -> dict[str, int]:
     reject_unknown(raw, TORCHRUN_KEYS, file=source, prefix="torchrun.")
     nproc = _positive(raw, "nproc_per_node", source, default=None, prefix="torchrun.")
     return {"nproc_per_node": nproc} if nproc is not None else {}
+
+
+_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")  # a Prometheus label name too
+
+
+def _labels(raw: Any, resources: Resources, source: str) -> dict[str, str]:
+    """``labels``: names to short texts ({team: nlp}), kept in sweep.json; the sweep's jobs
+    then carry the job comment ``slurmkit:SWEEP_DIR`` (so no comment of the spec's own)."""
+    hint = "labels: {team: nlp, project: llm}"
+    out: dict[str, str] = {}
+    for name, value in _mapping(raw, "labels", "label names to texts", source, hint).items():
+        where = f"labels.{name}"
+        if not isinstance(name, str) or not _LABEL.match(name):
+            raise SpecError(
+                "not a label name",
+                file=source,
+                key=where,
+                hint="letters, digits and '_', not starting with a digit (at most 63)",
+            )
+        if isinstance(value, (bool, float)) or not isinstance(value, (str, int)):
+            raise SpecError(f"must be a text, got {value!r}", file=source, key=where, hint=hint)
+        text = str(value)
+        if not text or len(text) > 200 or not text.isprintable():
+            raise SpecError(
+                "must be 1 to 200 printable characters", file=source, key=where, hint=hint
+            )
+        out[name] = text
+    if out and "comment" in resources.extra:
+        raise SpecError(
+            "slurmkit puts the sweep directory in the job comment of a sweep with labels",
+            file=source,
+            key="resources.extra.comment",
+            hint="leave out the comment: `slurmkit report --by label` attributes the sweep",
+        )
+    return out
 
 
 _DATA_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")  # SLURMKIT_DATA_<NAME upper-cased>

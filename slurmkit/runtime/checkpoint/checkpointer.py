@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import crc, memory
 from .collectives import _collective, _distributed, _rank, agree_step
+from .journal import record as journal
 from .snapshot import _Copies, _dense_tree_bytes, _owned_by, _Snapshot
 from .storage import CheckpointError, _failure, _Local, _storage
 from .writer import _dump, _Writer
@@ -329,6 +330,7 @@ class Checkpointer:
         self.store.sync_dir(directory)
         body = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
         self._write_file(directory, COMMIT, body, "bytes")
+        journal(record["step"], record["time"], directory)  # trials/ID/checkpoints.jsonl
 
     def _remove(self, path: str) -> None:
         with contextlib.suppress(OSError):

@@ -1,0 +1,642 @@
+"""``slurmkit report``: where a sweep's time and money went, per sweep, trial and attempt.
+
+ONE accounting query (:mod:`.accounting`: every attempt's submit, start, end, partition,
+account, user and allocated GPUs or CPUs) joined with the sweep directories: the submission
+records map array tasks to trials, each trial's ``status.json`` says why each attempt ended,
+and its checkpoint journal (``checkpoints.jsonl``) how much of an interrupted attempt its last
+checkpoint kept. An attempt's GPU-hours (CPU-hours where it had no GPU) are
+
+- useful: it completed, or its work up to its last checkpoint when it was interrupted
+  (preemption, time limit, node failure, a cancel) and the trial went on;
+- lost: the rest of an interrupted attempt, and the whole of a failed one (an error, a
+  container that did not start, a time limit or cancel that ended the trial, a budget spent);
+- running: still allocated now.
+
+Costs come from the user config's ``report: {prices: {PARTITION: PRICE}}`` (per GPU-hour, or per
+CPU-hour for attempts without GPUs). :func:`collect` does the I/O; everything after it
+(:func:`join_trial`, :func:`figures`, :func:`groups`) is a pure function of what it read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+from . import accounting, store
+from .accounting import Row
+from .core import states
+from .core.layout import COMMENT_PREFIX, SweepDir
+from .errors import SpecError, UserError
+
+# Why an attempt stopped: the runtime's causes (runtime/requeue.py) and a user's cancel.
+CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "cancelled")
+# Causes whose work up to the last checkpoint is kept when the trial goes on.
+INTERRUPTIONS = ("preemption", "timeout", "node_failure", "cancelled")
+OUTCOMES = ("completed", "interrupted", "failed", "cancelled", "running")
+BY = ("account", "user", "label")  # --by; also label.KEY
+OTHER_JOBS = "(jobs of no sweep)"  # --since: jobs without slurmkit's comment
+# A runtime record starts a little after its allocation (the batch shell, Python), and never
+# long before or after it: how far apart the two may be and still be one attempt.
+SKEW = 60.0
+# Slurm states of an attempt that has not ended. The row of a requeued attempt says REQUEUED:
+# that attempt has ended (without the runtime's record: requeued from outside, a preemption).
+_LIVE = states.SLURM_ACTIVE - {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"}
+_CAUSE_OF_SLURM = {
+    "PREEMPTED": "preemption",
+    "TIMEOUT": "timeout",
+    "NODE_FAIL": "node_failure",
+    "BOOT_FAIL": "node_failure",
+    "FAILED": "error",
+    "OUT_OF_MEMORY": "error",
+    "CANCELLED": "cancelled",
+    "DEADLINE": "cancelled",
+}
+
+
+@dataclass
+class Attempt:
+    """One attempt of one trial: the allocation accounting saw and why it ended."""
+
+    n: int
+    job: str  # ARRAYJOBID_TASKID ("" when no scheduler ran it: the local backend)
+    state: str  # how it ended, as a trial state (COMPLETED, REQUEUED, FAILED, RUNNING, ...)
+    cause: str | None  # one of CAUSES; None when it completed or runs
+    outcome: str  # one of OUTCOMES
+    partition: str = ""
+    account: str = ""
+    user: str = ""
+    submit: float | None = None
+    start: float | None = None
+    end: float | None = None
+    queue_s: float | None = None  # submit -> start (a requeued attempt: since its requeue)
+    run_s: float | None = None  # start -> end (or now)
+    unit: str = ""  # "gpu", "cpu", or "" without an allocation (no accounting)
+    units: int = 0  # GPUs (or CPUs) allocated, all nodes together
+    checkpoint: float | None = None  # when its last checkpoint was committed (interrupted)
+    useful_hours: float = 0.0
+    lost_hours: float = 0.0
+    running_hours: float = 0.0
+    cost: float | None = None  # None: its partition has no price
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrialReport:
+    index: int | None  # None: a job of no trial (--since)
+    id: str
+    state: str
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "id": self.id,
+            "state": self.state,
+            "attempts": [a.as_dict() for a in self.attempts],
+        }
+
+
+@dataclass
+class SweepReport:
+    sweep_dir: str  # "" for the jobs of no sweep
+    name: str
+    labels: dict[str, str]
+    trials: list[TrialReport]
+    figures: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sweep_dir": self.sweep_dir,
+            "name": self.name,
+            "labels": self.labels,
+            **self.figures,
+            "trials": [t.as_dict() for t in self.trials],
+        }
+
+
+@dataclass
+class Report:
+    sweeps: list[SweepReport]
+    prices: dict[str, float]
+    query: list[str] | None  # the one sacct command (None: no sweep had Slurm jobs)
+    by: str | None = None
+    since: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        return figures([t for s in self.sweeps for t in s.trials])
+
+    def groups(self) -> list[tuple[str, dict[str, Any]]]:
+        return groups(self.sweeps, self.by) if self.by else []
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "query": self.query,
+            "queries": int(self.query is not None),
+            "since": self.since,
+            "prices": self.prices,
+            "totals": self.totals,
+        }
+        if self.by:
+            out["by"] = self.by
+            out["groups"] = [{"group": key, **figs} for key, figs in self.groups()]
+        out["sweeps"] = [s.as_dict() for s in self.sweeps]
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
+
+# --------------------------------------------------------------------------- #
+# Reading: the one query and the sweep directories
+# --------------------------------------------------------------------------- #
+
+
+def collect(
+    dirs: Sequence[str] = (),
+    *,
+    since: str | None = None,
+    user: str | None = None,
+    by: str | None = None,
+    now: float | None = None,
+) -> Report:
+    """The report of the sweep directories ``dirs``, or of every job of ``user`` since
+    ``since`` (their sweep directories found by the job comment ``slurmkit:SWEEP_DIR``)."""
+    check_by(by)
+    now = time.time() if now is None else now
+    prices = read_prices()
+    warnings: list[str] = []
+    if since is not None:
+        when = accounting.since_time(since, now)
+        asked = accounting.argv(since=when, user=user)
+        found = accounting.parse(accounting.run(asked))
+        sweeps = _from_comments(found, prices, now, _epoch(when), warnings)
+        return Report(sweeps, prices, asked, by, when, warnings)
+    read = [_read(store.open_sweep(d), warnings) for d in dict.fromkeys(map(os.path.abspath, dirs))]
+    jobs = sorted({job for sweep in read for job in sweep.jobs})
+    command = accounting.argv(jobs=jobs) if jobs else None
+    rows: list[Row] = []
+    if command is not None:
+        try:
+            rows = accounting.parse(accounting.run(command))
+        except UserError as exc:
+            warnings.append(
+                f"{exc.message}: no queue delay or GPU-hours; attempts and run times "
+                "come from the status files"
+            )
+    by_job: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_job[row.job].append(row)
+    sweeps = [
+        sweep.report([r for job in sweep.jobs for r in by_job.get(job, ())], prices, now, None)
+        for sweep in read
+    ]
+    return Report(sweeps, prices, command, by, None, warnings)
+
+
+def check_by(by: str | None) -> None:
+    if by is None or by in BY or (by.startswith("label.") and len(by) > len("label.")):
+        return
+    raise UserError(f"cannot group by {by!r}", key="--by", hint="account, user, label or label.KEY")
+
+
+def read_prices() -> dict[str, float]:
+    """``report.prices`` of the user config: partition -> price per GPU-hour (CPU-hour)."""
+    from .spec.layers import user_section  # PyYAML: only when a report is made
+
+    section, where = user_section("report")
+    return prices_from(section, where)
+
+
+def prices_from(section: Any, where: str) -> dict[str, float]:
+    """The ``report`` section's prices, checked: each a number >= 0 per partition name."""
+    from .errors import reject_unknown
+
+    reject_unknown(section, ("prices",), file=where, prefix="report.")
+    raw = section.get("prices") or {}
+    hint = "report: {prices: {h100: 4.25, cpu: 0.05}} (per GPU-hour; per CPU-hour without GPUs)"
+    if not isinstance(raw, dict):
+        raise SpecError(
+            "must be a mapping of partition to price", file=where, key="report.prices", hint=hint
+        )
+    out: dict[str, float] = {}
+    for name, price in raw.items():
+        key = f"report.prices.{name}"
+        if isinstance(price, bool) or not isinstance(price, (int, float)):
+            raise SpecError(f"expected a number, got {price!r}", file=where, key=key, hint=hint)
+        if not math.isfinite(price) or price < 0:
+            raise SpecError(f"must be a number >= 0, got {price!r}", file=where, key=key)
+        out[str(name)] = float(price)
+    return out
+
+
+@dataclass
+class _Sweep:
+    """What one sweep directory holds, read once."""
+
+    dir: SweepDir
+    name: str
+    labels: dict[str, str]
+    rows: list[dict[str, Any] | None]  # trials.jsonl
+    statuses: dict[str, dict[str, Any] | None]
+    offsets: dict[str, int]  # array job id -> offset of its task ids
+    warnings: list[str]
+
+    @property
+    def jobs(self) -> list[str]:
+        return list(self.offsets)
+
+    def report(
+        self, rows: Iterable[Row], prices: dict[str, float], now: float, since: float | None
+    ) -> SweepReport:
+        by_index: dict[int, list[Row]] = defaultdict(list)
+        for row in rows:
+            offset = self.offsets.get(row.job)
+            if offset is not None and row.task is not None:
+                by_index[offset + row.task].append(row)
+        trials = []
+        for index, manifest_row in enumerate(self.rows):
+            if manifest_row is None:
+                trials.append(TrialReport(index, "", states.DAMAGED))
+                continue
+            tid = manifest_row["id"]
+            status = self.statuses.get(tid)
+            records = status.get("attempts", []) if status else []
+            found = by_index.get(index, [])
+            if (
+                since is not None
+                and not found
+                and not any((_number(r.get("start")) or 0) >= since for r in records)
+            ):
+                continue  # nothing of it in the window
+            recorded = status.get("state") if status else None
+            if tid in self.statuses and status is None:
+                recorded = states.DAMAGED
+            state = trial_state(recorded, found)
+            attempts = join_trial(
+                found, records, state, partial(self.commits, tid), prices, now, since
+            )
+            trials.append(TrialReport(index, tid, state, attempts))
+        return SweepReport(self.dir.root, self.name, self.labels, trials, figures(trials))
+
+    def commits(self, trial_id: str) -> list[float]:
+        """When each checkpoint of the trial was committed (its journal; [] without one)."""
+        path = self.dir.checkpoint_journal(trial_id)
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return []
+        out, bad = commit_times(text)
+        if bad:
+            self.warnings.append(f"{path}: {bad} damaged line(s) left out")
+        return out
+
+
+def _read(sweep: SweepDir, warnings: list[str]) -> _Sweep:
+    config = store.config(sweep, warnings)
+    offsets = {
+        job["job_id"]: job["offset"]
+        for record in store.submissions(sweep, warnings)
+        if record.get("backend") == "slurm"
+        for job in record.get("jobs", [])
+    }
+    labels = config.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    name = config.get("name") if isinstance(config.get("name"), str) else None
+    return _Sweep(
+        sweep,
+        name or os.path.basename(sweep.root),
+        {str(k): str(v) for k, v in labels.items()},
+        store.manifest(sweep, warnings),
+        store.read_statuses(sweep, warnings=warnings),
+        offsets,
+        warnings,
+    )
+
+
+def _from_comments(
+    rows: list[Row], prices: dict[str, float], now: float, since: float | None, warnings: list[str]
+) -> list[SweepReport]:
+    """--since: the jobs' sweep directories, from their comments; jobs of a directory that is
+    gone, and jobs without slurmkit's comment, from accounting alone."""
+    by_dir: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        where = row.comment[len(COMMENT_PREFIX) :] if row.comment.startswith(COMMENT_PREFIX) else ""
+        by_dir[where].append(row)
+    out = []
+    for where, found in by_dir.items():
+        if not where:
+            continue
+        sweep = SweepDir(where)
+        if sweep.exists():
+            read = _read(sweep, warnings)
+            out.append(read.report(found, prices, now, since))
+            known = set(read.offsets)
+            strays = sorted({r.job for r in found if r.job not in known})
+            if strays:
+                warnings.append(
+                    f"{where}: jobs {', '.join(strays)} name it but no submission record "
+                    "holds them: left out"
+                )
+        else:
+            warnings.append(
+                f"{where}: no sweep directory there now: its jobs from accounting alone"
+            )
+            out.append(_jobs_only(where, os.path.basename(where), found, prices, now))
+    if by_dir.get(""):
+        out.append(_jobs_only("", OTHER_JOBS, by_dir[""], prices, now))
+    return out
+
+
+def _jobs_only(
+    where: str, name: str, rows: list[Row], prices: dict[str, float], now: float
+) -> SweepReport:
+    """A "sweep" of jobs known to accounting alone: one trial per job (array task)."""
+    by_ref: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_ref[row.ref].append(row)
+    trials = []
+    for ref, found in by_ref.items():
+        state = trial_state(None, found)
+        trials.append(
+            TrialReport(None, ref, state, join_trial(found, [], state, list, prices, now))
+        )
+    return SweepReport(where, name, {}, trials, figures(trials))
+
+
+# --------------------------------------------------------------------------- #
+# Joining: pure functions of what was read
+# --------------------------------------------------------------------------- #
+
+
+def commit_times(text: str) -> tuple[list[float], int]:
+    """The commit times in a checkpoint journal, and how many lines could not be read."""
+    out: list[float] = []
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            when = json.loads(line)["time"]
+            if isinstance(when, bool) or not isinstance(when, (int, float)):
+                raise TypeError(when)
+            out.append(float(when))
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+    return out, bad
+
+
+def trial_state(recorded: str | None, rows: Sequence[Row]) -> str:
+    """A trial's state now: COMPLETED when its record says so; the scheduler's when accounting
+    has it queued or running; else its record's; else how its last job ended."""
+    if recorded == states.COMPLETED:
+        return recorded
+    last = max(rows, key=_order, default=None)
+    if last is not None and last.state in states.SLURM_ACTIVE:
+        return states.from_slurm(last.state)
+    if recorded and not (recorded == states.RUNNING and last is not None):
+        return recorded
+    return states.from_slurm(last.state) if last is not None else states.NOT_SUBMITTED
+
+
+def pair(
+    rows: Sequence[Row], records: Sequence[dict[str, Any]], since: float | None = None
+) -> list[tuple[Row | None, dict[str, Any] | None]]:
+    """Accounting's attempts (rows that started) matched with the runtime's records of them,
+    in the order they started: by job id and restart count, else by the nearest start. A row
+    without a record (the runtime could not write one) or a record without a row (no
+    accounting, the local backend) stands alone; with ``since``, a lone record from before it
+    is left out."""
+    started = sorted((r for r in rows if r.start is not None), key=_order)
+    by_raw: dict[str, list[Row]] = defaultdict(list)
+    for row in started:
+        by_raw[row.raw].append(row)
+    taken: set[int] = set()
+    pairs: list[tuple[Row | None, dict[str, Any] | None]] = []
+    for rec in records:
+        start = _number(rec.get("start"))
+        found: Row | None = None
+        if start is not None and rec.get("job_id") is not None:
+            candidates = by_raw.get(str(rec["job_id"]), [])
+            fits = [r for r in candidates if id(r) not in taken and _fits(r, start)]
+            k = _count(rec.get("restart_count"))
+            if k < len(candidates) and any(r is candidates[k] for r in fits):
+                found = candidates[k]
+            elif fits:
+                found = min(fits, key=lambda r: abs((r.start or 0) - start))
+        if found is not None:
+            taken.add(id(found))
+        elif since is not None and (start or 0) < since:
+            continue
+        pairs.append((found, rec))
+    pairs += [(row, None) for row in started if id(row) not in taken]
+    pairs.sort(key=lambda p: _begin(*p))
+    return pairs
+
+
+def join_trial(
+    rows: Sequence[Row],
+    records: Sequence[dict[str, Any]],
+    state: str,
+    commits: Callable[[], list[float]],
+    prices: dict[str, float],
+    now: float,
+    since: float | None = None,
+) -> list[Attempt]:
+    """A trial's attempts: accounting's ``rows`` joined with ``status.json``'s ``records``.
+    ``state`` is the trial's state now; ``commits()`` reads its checkpoint journal (only when
+    an attempt was interrupted)."""
+    pairs = pair(rows, records, since)
+    active = state in states.ACTIVE
+    journal: list[float] | None = None
+    out = []
+    for n, (row, rec) in enumerate(pairs, 1):
+        ended, cause = ending(row, rec)
+        later = n < len(pairs)
+        if ended == states.COMPLETED:
+            outcome = "completed"
+        elif ended in (states.RUNNING, states.PENDING):
+            outcome = "running"
+        elif cause in INTERRUPTIONS and (later or active):
+            outcome = "interrupted"
+        elif cause == "cancelled":
+            outcome = "cancelled"
+        else:
+            outcome = "failed"
+        a = Attempt(n, row.ref if row else "", ended, cause, outcome)
+        if row is not None:
+            a.partition, a.account, a.user = row.partition, row.account, row.user
+            a.submit, a.start, a.end = row.submit, row.start, row.end
+            a.unit, a.units = ("gpu", row.gpus) if row.gpus else ("cpu", row.cpus)
+        elif rec is not None:
+            a.start, a.end = _number(rec.get("start")), _number(rec.get("end"))
+        if a.start is not None:
+            a.queue_s = a.start - a.submit if a.submit is not None else None
+            a.run_s = max(0.0, (a.end if a.end is not None else now) - a.start)
+        if outcome == "interrupted" and a.start is not None:
+            journal = commits() if journal is None else journal
+            stop = a.end if a.end is not None else now
+            a.checkpoint = max((t for t in journal if a.start <= t <= stop), default=None)
+        hours(a, now)
+        price = prices.get(a.partition)
+        total = a.useful_hours + a.lost_hours + a.running_hours
+        a.cost = total * price if price is not None else (0.0 if not total else None)
+        out.append(a)
+    return out
+
+
+def ending(row: Row | None, rec: dict[str, Any] | None) -> tuple[str, str | None]:
+    """How an attempt ended (a trial state) and why (one of CAUSES, or None): the runtime's
+    record says it; accounting says it when the record has none (or says it still runs)."""
+    recorded = rec.get("state") if rec else None
+    if isinstance(recorded, str) and recorded not in (states.RUNNING, states.PENDING):
+        cause = rec.get("cause") if rec else None
+        if recorded in (states.CANCELLED, states.TERMINATED):
+            return recorded, "cancelled"
+        if recorded == states.COMPLETED:
+            return recorded, None
+        fixed = {states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failure"}.get(recorded)
+        if isinstance(cause, str) and cause in CAUSES and fixed is None:
+            return recorded, cause
+        return recorded, fixed or "error"
+    if row is None or row.end is None or row.state in _LIVE:
+        return states.RUNNING, None
+    if row.state == "COMPLETED":
+        return states.COMPLETED, None
+    cause = "preemption" if row.state.startswith("REQUEUE") else _CAUSE_OF_SLURM.get(row.state)
+    return states.from_slurm(row.state), cause or "error"
+
+
+def hours(a: Attempt, now: float) -> None:
+    """Split the attempt's unit-hours into useful, lost and running (see the module doc)."""
+    if a.start is None or not a.units:
+        return
+    stop = a.end if a.end is not None else now
+    total = a.units * max(0.0, stop - a.start) / 3600
+    if a.outcome == "running":
+        a.running_hours = total
+    elif a.outcome == "completed":
+        a.useful_hours = total
+    elif a.outcome == "interrupted" and a.checkpoint is not None:
+        a.useful_hours = a.units * (a.checkpoint - a.start) / 3600
+        a.lost_hours = total - a.useful_hours
+    else:
+        a.lost_hours = total
+
+
+def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
+    """The numbers of a set of trials: states, failure rate, attempts by cause, queue delay,
+    run time, unit-hours useful / lost / running, cost and cost per successful trial."""
+    attempts = [a for t in trials for a in t.attempts]
+    counts = Counter(t.state for t in trials)
+    successful = counts[states.COMPLETED]
+    failed = sum(n for s, n in counts.items() if s in states.UNSUCCESSFUL)
+    causes = Counter(a.cause for a in attempts if a.cause)
+    queue = sorted(a.queue_s for a in attempts if a.queue_s is not None)
+    spend: dict[str, dict[str, float] | None] = {}
+    for unit in ("gpu", "cpu"):  # None: no attempt had an allocation of them (no accounting)
+        mine = [a for a in attempts if a.unit == unit and a.units]
+        spend[f"{unit}_hours"] = (
+            {
+                "useful": sum(a.useful_hours for a in mine),
+                "lost": sum(a.lost_hours for a in mine),
+                "running": sum(a.running_hours for a in mine),
+            }
+            if mine
+            else None
+        )
+    unpriced = sorted({a.partition for a in attempts if a.cost is None})
+    accounted = any(a.units for a in attempts)
+    cost = sum(a.cost or 0.0 for a in attempts) if accounted and not unpriced else None
+    return {
+        "trials": len(trials),
+        "states": {s: counts[s] for s in states.ORDER if counts[s]},
+        "successful": successful,
+        "failed": failed,
+        "failure_rate": failed / (successful + failed) if successful + failed else None,
+        "attempts": len(attempts),
+        "causes": {c: causes[c] for c in CAUSES if causes[c]},
+        "outcomes": dict(Counter(a.outcome for a in attempts)),
+        "queue_delay_s": {
+            "median": _quantile(queue, 0.5),
+            "p90": _quantile(queue, 0.9),
+            "max": queue[-1] if queue else None,
+            "total": sum(queue),
+        },
+        "run_s": sum(a.run_s or 0.0 for a in attempts),
+        **spend,
+        "cost": cost,
+        "cost_per_success": cost / successful if cost is not None and successful else None,
+        "unpriced": unpriced,
+    }
+
+
+def groups(sweeps: Sequence[SweepReport], by: str) -> list[tuple[str, dict[str, Any]]]:
+    """The figures per account or user (of each trial's last attempt) or per label."""
+    members: dict[str, list[TrialReport]] = defaultdict(list)
+    for sweep in sweeps:
+        for trial in sweep.trials:
+            members[group_key(sweep, trial, by)].append(trial)
+    return [(key, figures(members[key])) for key in sorted(members)]
+
+
+def group_key(sweep: SweepReport, trial: TrialReport, by: str) -> str:
+    if by == "label":
+        return ",".join(f"{k}={v}" for k, v in sorted(sweep.labels.items())) or "(none)"
+    if by.startswith("label."):
+        return sweep.labels.get(by[len("label.") :], "(none)")
+    last = next((a for a in reversed(trial.attempts) if a.job), None)
+    value = getattr(last, by) if last is not None else ""
+    return value or "(unknown)"
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float | None:
+    """The nearest-rank quantile of sorted values."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _fits(row: Row, start: float) -> bool:
+    """A runtime record that started at ``start`` can be this allocation's attempt."""
+    return (row.start or 0) - SKEW <= start and (row.end is None or start <= row.end + SKEW)
+
+
+def _order(row: Row) -> tuple[float, float]:
+    return (row.submit or 0.0, row.start if row.start is not None else math.inf)
+
+
+def _begin(row: Row | None, rec: dict[str, Any] | None) -> float:
+    if row is not None and row.start is not None:
+        return row.start
+    return _number(rec.get("start") if rec else None) or 0.0
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int:
+    """SLURM_RESTART_COUNT as recorded (a string; absent on a first run)."""
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _epoch(local: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(local).timestamp()
