@@ -171,8 +171,13 @@ def run(
     its end (cancelling it after ``timeout`` s, queue time included), judge, and store the
     verdict as ``SWEEP_DIR/preflight.json``."""
     from . import sweep
+    from .errors import SchedulerError
 
-    submitted = sweep.submit(spec, backend="slurm")
+    try:
+        submitted = sweep.submit(spec, backend="slurm")
+    except SchedulerError as exc:  # no --backend here: a preflight is of a Slurm cluster
+        exc.hint = (exc.hint or "").replace(", or use --backend local", "") or None
+        raise
     root = submitted.sweep_dir
     job_id = f"{submitted.jobs[0]['job_id']}_0"  # one array of one task
     expect = expectation(spec)
@@ -473,7 +478,7 @@ def _allreduce(ranks: Sequence[dict[str, Any]], expect: Expect, limits: Threshol
 def _signal(ranks: Sequence[dict[str, Any]], expect: Expect, sent: dict[str, Any]) -> Check:
     name = f"requeue signal ({expect.signal})"
     if not sent:
-        return Check(name, FAIL, "not sent: the job ended before every rank was ready")
+        return Check(name, FAIL, "not sent: the ranks were never all ready", "see the job row")
     if sent.get("error"):
         return Check(name, FAIL, f"scancel failed: {sent['error']}", "is the job still running?")
     got = [r for r in ranks if expect.signal in (r.get("signal") or {}).get("received", [])]

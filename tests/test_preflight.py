@@ -217,7 +217,7 @@ def test_the_cpu_path_and_fake_gpus():
 
 def test_the_signal_not_sent_or_refused():
     assert rows(sent={})["requeue signal"].level == FAIL
-    assert "ended before" in rows(sent={})["requeue signal"].detail
+    assert "never all ready" in rows(sent={})["requeue signal"].detail
     refused = rows(sent={**SENT, "error": "scancel: error: Invalid job id"})["requeue signal"]
     assert refused.level == FAIL and "Invalid job id" in refused.detail
 
@@ -391,6 +391,18 @@ def test_the_requeue_signal_is_reported_not_fatal(tmp_path, name):
     record = json.loads((tmp_path / "rank-00000.json").read_text())
     assert record["signal"]["signal"] == name and record["signal"]["received"] == [name]
     assert record["signal"]["waited_s"] < 30
+
+
+def test_term_still_stops_a_waiting_rank(tmp_path):
+    """Only the requeue signal is caught: a cancel (TERM) ends the task as it would any."""
+    proc = _run_job(tmp_path, "--only=signal", "--signal-wait=60")
+    end = time.time() + 30
+    while not (tmp_path / "ready-00000").exists() and time.time() < end:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
+    assert not (tmp_path / "rank-00000.json").exists()
 
 
 @pytest.mark.slow

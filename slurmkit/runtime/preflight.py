@@ -375,7 +375,8 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    preemption.install()  # first: the requeue signal must not kill a task that is measuring
+    # first: the requeue signal must not kill a task that is measuring (TERM still does)
+    preemption.install((os.environ.get(ENV_SIGNAL, "USR2"),))
     args = _options(argv)
     info = rank_info(os.environ)
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -391,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     if "gpus" in args.only:
         _guarded(record, "gpus", lambda: gpu_view(os.environ))
-    dist, info = _distributed(info, "allreduce" in args.only or info.world_size > 1)
+    dist, info = _distributed(record, info, "allreduce" in args.only or info.world_size > 1)
     leader = info.local_rank == 0
     scratch = os.path.join(args.out, f"scratch-{info.rank:05d}")
     for key, fn in (
@@ -405,7 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     if "allreduce" in args.only:
         if dist is None:
-            record["skipped"] = {"allreduce": "torch is not importable here"}
+            if "allreduce" not in record["errors"]:
+                record["skipped"] = {"allreduce": "torch is not importable here"}
         else:
             sizes = args.sizes or [
                 parse_size(s) for s in (GPU_SIZES if info.device != "cpu" else CPU_SIZES).split(",")
@@ -426,9 +428,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _distributed(info: RankInfo, wanted: bool) -> tuple[Any, RankInfo]:
+def _distributed(record: dict[str, Any], info: RankInfo, wanted: bool) -> tuple[Any, RankInfo]:
     """``torch.distributed`` set up by :func:`distributed.init`, as jobs do, and this rank's
-    info from it; ``None`` (and ``info``) when not wanted or torch is missing."""
+    info from it; ``None`` (and ``info``) when not wanted, when torch is missing, or when the
+    rendezvous failed (recorded: the other measurements go on)."""
     if not wanted:
         return None, info
     try:
@@ -437,7 +440,11 @@ def _distributed(info: RankInfo, wanted: bool) -> tuple[Any, RankInfo]:
         return None, info
     from . import distributed
 
-    return dist, distributed.init()
+    try:
+        return dist, distributed.init()
+    except Exception as exc:  # a rendezvous that fails is a finding about the network
+        record["errors"]["allreduce"] = f"distributed.init() failed: {type(exc).__name__}: {exc}"
+        return None, info
 
 
 def _print(out: str, world: int, as_json: bool) -> None:
