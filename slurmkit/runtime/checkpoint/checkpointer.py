@@ -36,9 +36,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import crc, memory
 from .collectives import _collective, _distributed, _rank, agree_step
+from .dcpread import storage_reader
+from .fetch import Invalid as _Invalid
 from .journal import record as journal
+from .reader import read
 from .snapshot import _Copies, _dense_tree_bytes, _owned_by, _Snapshot
-from .storage import CheckpointError, _failure, _Local, _storage
+from .storage import CheckpointError, _failure, _storage
 from .writer import _dump, _Writer
 
 if TYPE_CHECKING:
@@ -47,10 +50,6 @@ if TYPE_CHECKING:
 COMMIT = "COMMIT.json"
 _TMP = ".tmp-"
 _STEP_DIR = re.compile(r"step-(\d+)")
-
-
-class _Invalid(Exception):
-    """A committed checkpoint whose files do not match its record."""
 
 
 _open: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
@@ -113,6 +112,8 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._snapshot: _Snapshot | None = None
+        self._preparing: threading.Thread | None = None  # prepare() making the snapshot's buffers
+        self._unprepared: BaseException | None = None  # why it failed
         self._hooks: list[Any] = []  # optimizer step-pre-hooks of an overlapped snapshot
         self._verified: dict[int, dict[str, Any]] = {}
         from .mirror import attach  # the mirror module builds on this one
@@ -198,6 +199,62 @@ class Checkpointer:
         except (RuntimeError, MemoryError):  # out of host or lockable memory: torch.save's way
             return state
 
+    def prepare(self, state: Any) -> None:
+        """Asynchronous saves of torch state: make the host buffers that a save of ``state``
+        copies into (page-locked for CUDA tensors) in a background thread, so that the first
+        :meth:`save` blocks no longer than the later ones.
+
+        ``state``: what the saves will pass, or one with the same structure and tensor sizes
+        (an optimizer's state exists once it has stepped). Returns at once; a save that comes
+        before the buffers are made waits for them. A no-op for synchronous saves, without
+        torch, on ranks other than 0, and once a save or a prepare was made.
+        """
+        if (
+            not self.async_save
+            or "torch" not in sys.modules
+            or self._snapshot is not None
+            or self.rank != 0
+        ):
+            return
+        import torch
+
+        snap = _Snapshot()
+        plan = snap.plan(state)
+        device = torch.cuda.current_device() if any(cuda for _, cuda in plan) else None
+        thread = threading.Thread(
+            target=self._reserve,
+            args=(snap, plan, device),
+            name="slurmkit-checkpoint-prepare",
+            daemon=True,
+        )
+        thread.start()
+        self._preparing, self._snapshot = thread, snap
+
+    def _reserve(self, snap: _Snapshot, plan: list[tuple[int, bool]], device: int | None) -> None:
+        try:
+            if device is not None:
+                import torch
+
+                torch.cuda.set_device(device)  # a new thread's device is 0
+            snap.reserve(plan)
+        except BaseException as exc:  # the first save makes its buffers itself
+            self._unprepared = exc
+
+    def _prepared(self) -> None:
+        """Wait for :meth:`prepare`'s thread (a thread's own lock: safe in a signal handler)."""
+        if self._preparing is None:
+            return
+        self._preparing.join()
+        self._preparing = None
+        if self._unprepared is not None:
+            warnings.warn(
+                f"slurmkit.checkpoint: preparing the snapshot buffers failed "
+                f"({self._unprepared!r}); the first save makes them",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._unprepared = self._snapshot = None
+
     def _background(self, snap: Any, step: int, how: str, copies: _Copies | None) -> None:
         try:
             if copies is not None:
@@ -215,6 +272,7 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Wait for the pending asynchronous write and pruning; raise the write's error, if any."""
+        self._prepared()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -465,7 +523,6 @@ class Checkpointer:
             record = self._record(name)
             if record is None or record.get("kind") not in ("torch", "pickle"):
                 raise _Invalid("no committed torch/pickle checkpoint there")
-            self._verify(step, record)
             return self._deserialize(step, record, map_location)
         except _Invalid as exc:
             raise CheckpointError(f"checkpoint step {step}: {self._join(name)}: {exc}") from None
@@ -482,8 +539,11 @@ class Checkpointer:
         if self.mirror is not None:
             return self.mirror.load_newest(self, map_location)
         try:
-            for step, record in self._valid(("torch", "pickle")):
-                return step, self._deserialize(step, record, map_location)
+            for step, record in self._committed(("torch", "pickle")):
+                try:
+                    return step, self._deserialize(step, record, map_location)
+                except _Invalid as exc:
+                    _skipping(step, exc)
         except OSError as exc:
             raise _failure(exc, "cannot read checkpoints", self.root) from exc
         return None
@@ -496,21 +556,21 @@ class Checkpointer:
             if step is None or (found is not None and found[0] == step):
                 return found
             return step, self.mirror.load(self, step, map_location)
-        step = agree_step(self._newest(("torch", "pickle")))
-        return None if step is None else (step, self.load(step, map_location=map_location))
+        found = self.load_latest(map_location=map_location)  # one read, usually the agreed step
+        step = agree_step(None if found is None else found[0])
+        if step is None:
+            return None
+        if found is not None and found[0] == step:
+            return found
+        found = None  # another rank lacks this step: free the state before loading the agreed one
+        return step, self.load(step, map_location=map_location)
 
     def _deserialize(self, step: int, record: dict[str, Any], map_location: Any) -> Any:
-        (name,) = record["files"]
-        path = self._join(self._dirname(step), name)
-        if record["kind"] == "pickle":
-            with self.store.open(path) as fh:
-                return pickle.load(fh)
-        import torch
-
-        if isinstance(self.store, _Local):
-            return torch.load(path, map_location=map_location, weights_only=False)
-        with self.store.open(path) as fh:
-            return torch.load(fh, map_location=map_location, weights_only=False)
+        """The state of checkpoint ``step``, its file checked while read (:func:`.reader.read`);
+        :class:`_Invalid` when it does not match ``record``."""
+        state = read(self.store, self._join(self._dirname(step)), record, map_location=map_location)
+        self._verified[step] = record
+        return state
 
     # -- sharded state: torch.distributed.checkpoint --
 
@@ -569,5 +629,6 @@ class Checkpointer:
         if record is None:
             raise CheckpointError(f"checkpoint step {step} vanished while loading: {self.root}")
         sub = next(iter(record["files"])).split("/")[0]
-        dcp.load(state_dict, checkpoint_id=self.store.url(self._join(self._dirname(step), sub)))
+        directory = self._join(self._dirname(step), sub)
+        dcp.load(state_dict, storage_reader=storage_reader(self.store, directory))
         return step

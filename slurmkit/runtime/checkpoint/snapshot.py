@@ -154,6 +154,45 @@ class _Snapshot:
         copies.finish()
         return out, None
 
+    @staticmethod
+    def plan(state: Any) -> list[tuple[int, bool]]:
+        """``(bytes, on CUDA)`` of each storage that :meth:`take` copies into a buffer, in the
+        order it meets them (what :meth:`reserve` makes ahead of a first save)."""
+        torch = sys.modules["torch"]
+        seen: set[_Key] = set()
+        out: list[tuple[int, bool]] = []
+
+        def walk(obj: Any) -> None:
+            if isinstance(obj, torch.Tensor):
+                if _dense(obj) and _key(obj) not in seen:
+                    seen.add(_key(obj))
+                    out.append((obj.untyped_storage().nbytes(), obj.device.type == "cuda"))
+            elif isinstance(obj, dict):
+                for value in obj.values():
+                    walk(value)
+            elif type(obj) is list or isinstance(obj, tuple):
+                for value in obj:
+                    walk(value)
+
+        walk(state)
+        return out
+
+    def reserve(self, plan: list[tuple[int, bool]]) -> None:
+        """Make the buffers that a :meth:`take` of a state with this :meth:`plan` copies into,
+        page-locked where they will be (other new ones have their pages touched): that take
+        then allocates and locks nothing."""
+        try:
+            old = {id(buf) for buf, _ in self.buffers}
+            for index, (nbytes, cuda) in enumerate(plan):
+                self._buffer(index, nbytes, cuda)
+            del self.buffers[len(plan) :]
+            pinned.lock(self.fresh)
+            for buf, host in self.buffers:
+                if host is None and id(buf) not in old:
+                    self.torch.empty(0, dtype=self.torch.uint8).set_(buf).zero_()
+        finally:
+            self.fresh = []
+
     def drain(self) -> None:
         """Wait for the copies queued on the side streams (before buffers may be dropped)."""
         for side in self.streams.values():
