@@ -65,6 +65,8 @@ REFUSED = {
 DICT_SOURCE = "executor(spec)"  # the "file" of errors in a spec given as a dict
 KEYWORDS = "executor() keywords"  # the "file" of errors in keyword resources
 DEFAULT_NAME = "submitit"  # the name of a spec given as a dict or None (submitit's own default)
+# The state of a job that neither the controller nor accounting knows: it ended, how is unknown.
+GONE = "GONE"
 UNTHROTTLED = 1_000_000  # submitit's array_parallelism without max_parallel: no %N limit
 LOCAL_UNLIMITED_MIN = 60 * 24 * 365  # LocalExecutor's timeout without resources.time (its 2 min)
 # resources field -> SlurmExecutor parameter, when the spec sets it
@@ -472,7 +474,9 @@ def _classes() -> tuple[type[Any], type[Any], type[Any]]:
         """submitit's watcher, reading slurmkit's shared poll cache instead of one sacct per
         watcher: any number of ``job.done()``/``job.result()`` callers of one user on one login
         node cost one ``squeue`` per SLURMKIT_POLL_INTERVAL; jobs gone from the queue are asked
-        from sacct once (none when the cluster keeps no accounting)."""
+        from sacct once (none when the cluster keeps no accounting). A job that neither knows
+        (the controller forgot it after MinJobAge, and no accounting answers) has ended, how is
+        unknown: its state is GONE, so that waiting on it ends."""
 
         def update(self) -> None:
             from .backends import pollcache
@@ -494,6 +498,11 @@ def _classes() -> tuple[type[Any], type[Any], type[Any]]:
             except UserError as exc:  # the controller is briefly away: ask again next time
                 slogger.get_logger().warning(f"the scheduler did not answer: {exc}")
                 answer = {}
+            else:  # a job that neither the queue nor accounting knows has ended, how is unknown
+                known = {job for job, _ in answer}
+                for job_id in self._registered - self._finished:
+                    if job_id.split("_")[0] not in known:
+                        self._info_dict[job_id] = {"State": GONE}
             rows = [
                 f"{job}{'' if task < 0 else f'_{task}'}|{state.state}|"
                 for (job, task), state in answer.items()
@@ -509,6 +518,19 @@ def _classes() -> tuple[type[Any], type[Any], type[Any]]:
         """submitit's SlurmJob, watched by sacct or, without accounting, squeue."""
 
         watcher = Watcher(delay_s=600)
+
+        def _get_outcome_and_result(self) -> tuple[str, Any]:
+            """submitit's, but a GONE job without a result says so at once (it ended long ago:
+            no result is on its way)."""
+            gone = self.watcher.get_state(self.job_id, mode="cache") == GONE
+            if gone and not self.paths.result_pickle.exists():
+                raise sutils.UncompletedJobError(
+                    f"job {self.job_id} ended without a result, and how is not known: the "
+                    "controller no longer knows it and the cluster keeps no accounting (sacct); "
+                    f"its logs: {self.paths.stdout}, {self.paths.stderr}"
+                )
+            outcome: tuple[str, Any] = super()._get_outcome_and_result()
+            return outcome
 
     class SpecExecutor(submitit.SlurmExecutor):
         """A ``submitit.SlurmExecutor`` from a slurmkit spec (:func:`slurmkit.executor`).
