@@ -27,6 +27,7 @@ class Server:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.backend().reset()  # moto keeps buckets per process: each module's server starts empty
         self.app = DomainDispatcherApplication(create_backend_app)
         self.log: list[tuple[str, str, str, str | None]] = []  # method, key, query, range
         self.corrupt: set[str] = set()  # keys whose bodies lose a bit on the way out
