@@ -42,7 +42,7 @@ def test_registered_by_one_line_and_not_asked_by_auto():
     assert backends.for_resume([{"backend": "submitit"}]) == "submitit"
 
 
-def test_help_and_reading_a_sweep_import_nothing_of_submitit():
+def test_help_and_the_backend_module_import_nothing_of_submitit():
     """`slurmkit --help` (and `sweep --help`, which lists the backends) loads neither submitit
     nor this backend; the backend module itself loads submitit only to submit."""
     code = (
@@ -159,6 +159,7 @@ def _trial_files(root: str) -> dict[str, tuple[Any, Any]]:
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_command_sweep_completes_as_on_the_slurm_backend(slurm_cluster, tmp_path):
     for name in ("slurm", "submitit"):
         (tmp_path / name).mkdir()
@@ -193,6 +194,7 @@ def test_a_command_sweep_completes_as_on_the_slurm_backend(slurm_cluster, tmp_pa
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_resume_after_failures_resubmits_only_them_through_submitit(slurm_cluster, tmp_path):
     """Odd trials fail on their first attempt; `sweep --resume` (no --backend: the backend
     sticks) submits them as one array whose tasks run trials 1, 3, 5, 7."""
@@ -220,6 +222,7 @@ def test_resume_after_failures_resubmits_only_them_through_submitit(slurm_cluste
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_cancel_stops_its_running_and_pending_trials(slurm_cluster, tmp_path):
     body = "command: [sleep, '300']\nargs: none\nparams: {i: 'range(0,5)'}\nmax_parallel: 2\n"
     ours = _sweep(tmp_path, body, "submitit")
@@ -237,6 +240,7 @@ def test_cancel_stops_its_running_and_pending_trials(slurm_cluster, tmp_path):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["scontrol requeue", "requeue signal"])
 def test_a_checkpointable_function_sweep_requeued_resumes(slurm_cluster, tmp_path, how):
     """`sweep_fn(..., backend="submitit")`: a Checkpointable trial interrupted by an external
@@ -295,6 +299,7 @@ def test_a_checkpointable_function_sweep_requeued_resumes(slurm_cluster, tmp_pat
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_function_sweep_gives_the_results_of_the_slurm_backend(slurm_cluster, tmp_path):
     scale = 10  # a closure: pickled by value, as a notebook's function is
 
@@ -320,6 +325,7 @@ def test_a_function_sweep_gives_the_results_of_the_slurm_backend(slurm_cluster, 
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_sweep_submit_through_submitit_and_bad_input_is_refused_first(slurm_cluster, tmp_path):
     """Sweep.submit(backend="submitit") runs; an unknown partition, an unknown resource key
     and a function that cannot be pickled are refused before anything is created."""
