@@ -22,14 +22,15 @@ def test_two_nodes_cpu_path_all_ok(slurm_cluster, tmp_path):
     result = json.loads(proc.stdout)
     checks = {c["name"]: c for c in result["checks"]}
     assert {c["level"] for c in checks.values()} == {"ok"}, checks
-    assert checks["job"]["detail"] == "2 rank(s) on n1, n2"
     assert checks["all_reduce"]["detail"].startswith("gloo, 2 rank(s): peak busbw")
     assert "reached all 2 rank(s)" in checks["requeue signal (USR2)"]["detail"]
     root = Path(result["sweep_dir"])
     assert root.parent == runs and root.name.startswith("preflight-")
     assert json.loads((root / "preflight.json").read_text()) == result  # stored as printed
     ranks = result["ranks"]
-    assert [r["host"] for r in ranks] == ["n1", "n2"] and {r["world_size"] for r in ranks} == {2}
+    hosts = [r["host"] for r in ranks]  # whichever 2 nodes are free (the cluster is shared)
+    assert len(set(hosts)) == 2 and {r["world_size"] for r in ranks} == {2}
+    assert checks["job"]["detail"] == f"2 rank(s) on {', '.join(sorted(hosts))}"
     for r in ranks:  # each node measured its own: they are two writers of the shared directory
         assert r["fs"]["intact"] and r["fs"]["cache_dropped"] and r["checkpoint"]["match"]
         assert r["signal"]["received"] == ["USR2"]
