@@ -427,10 +427,11 @@ def _recorded_run(env: dict[str, str], tmp: Path) -> tuple[list[str], dict[int, 
 
     spec = tmp / "rec.yaml"
     spec.write_text(
-        "command: [python, -c, 'import sys; sys.exit(int(sys.argv[1][-1]) % 4)']\n"
+        "command: [python, -c, 'import sys; sys.exit(3 * (int(sys.argv[1][2:]) % 4 == 3))']\n"
         f"params: {{i: 'range(0,8)'}}\noutput_root: {tmp / 'runs'}\nresources: {{gpus: 1}}\n"
     )
-    proc = run([*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--wait", "--json"], env=env)
+    argv = [*SLURMKIT, "sweep", str(spec), "--backend", "slurm", "--wait", "--json"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)  # exit 1: two failed
     root = Path(json.loads(proc.stdout.splitlines()[0])["sweep_dir"])
     job = json.loads((root / "submissions" / "0000.json").read_text())["jobs"][0]["job_id"]
     for _ in range(60):  # slurmdbd hears of the last ends a moment later
@@ -512,6 +513,13 @@ def bench_report(repeat: int, n: int = 10_000, sample: int = 200) -> None:
         "<= 2 s")  # fmt: skip
     row(f"report, {n} tasks (--json)", as_json, loop, "naive sacct loop (extrapolated)", "<= 2 s")
     print(f"{'  sacct queries per report':<34} {queries:g} (naive: {n})")
+    status_argv = [*SLURMKIT, "status", str(root), "--json"]  # exit 1: some trials failed
+    status = timed(
+        lambda: subprocess.run(status_argv, env=shimmed, cwd=NEUTRAL, capture_output=True), repeat
+    )
+    row("status of the same directory", status, table, "report (table)", "(info: same files)")
+    load = os.getloadavg()[0]
+    print(f"{'  load average during the run':<34} {load:.1f} on {os.cpu_count()} cores")
     one = timed(lambda: run(accounting.argv(jobs=[f"{real_job}_0"]), env=env), repeat)
     shim_one = [t / sample for t in timed(naive, 1)]
     row("real sacct, one task (for scale)", one, shim_one, "the shim, one task", "(info)")

@@ -128,6 +128,7 @@ def parse(text: str) -> list[Row]:
     becomes a row per task. Lines that are not rows are skipped."""
     rows: list[Row] = []
     times: dict[str, float | None] = {}  # many rows share a submit time: parse each once
+    counts: dict[str, tuple[int, int]] = {}  # and their TRES
     width = len(FIELDS)
     for line in text.splitlines():
         parts = line.split("|", width - 1)
@@ -137,23 +138,25 @@ def parse(text: str) -> list[Row]:
         match = _JOB.match(jobid)
         if match is None:
             continue
-        gpus, cpus = tres_counts(tres)
+        if tres not in counts:
+            counts[tres] = tres_counts(tres)
+        gpus, cpus = counts[tres]
         base = Row(
-            job=match[1],
-            task=None,
-            raw=raw,
-            state=state.split(" ")[0].rstrip("+"),
-            exit_code=_exit_code(code),
-            submit=_time(submit, times),
-            start=_time(start, times),
-            end=_time(end, times),
-            partition=part,
-            account=account,
-            user=user,
-            gpus=gpus,
-            cpus=cpus,
-            comment=comment,
-        )
+            match[1],
+            None,
+            raw,
+            state.split(" ")[0].rstrip("+"),
+            _exit_code(code),
+            _time(submit, times),
+            _time(start, times),
+            _time(end, times),
+            part,
+            account,
+            user,
+            gpus,
+            cpus,
+            comment,
+        )  # positional: a NamedTuple built by keywords costs twice as much
         task = match[2]
         if task is None:
             rows.append(base)

@@ -862,23 +862,23 @@ def report(
         raise click.UsageError("--user goes with --since")
     if as_json + as_csv + prometheus > 1:
         raise click.UsageError("--json, --csv and --prometheus: give one of them")
-    from . import reportout  # report: sacct, the sweep directories; rich only for tables
-    from .report import collect
+    from . import usageout  # usage: sacct, the sweep directories; rich only for tables
+    from .usage import collect
 
     if plot is not None:
-        reportout.check_plot()
+        usageout.check_plot()
     found = collect(dirs, since=since, user=user, by=by)
     _warn(found.warnings)
     if as_json:
         _emit_json(found.as_dict())
     elif as_csv:
-        reportout.write_csv(found)
+        usageout.write_csv(found)
     elif prometheus:
-        click.echo(reportout.prometheus(found), nl=False)
+        click.echo(usageout.prometheus(found), nl=False)
     else:
-        reportout.print_tables(found, show_trials)
+        usageout.print_tables(found, show_trials)
     if plot is not None:
-        reportout.plot(found, plot)
+        usageout.plot(found, plot)
         if not (as_json or as_csv or prometheus):
             click.echo(f"plot: {plot}", err=True)
 

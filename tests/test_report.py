@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write_spec
 
-from slurmkit import accounting, render, reportout
-from slurmkit import report as rep
+from slurmkit import accounting, render, usageout
+from slurmkit import usage as rep
 from slurmkit import spec as spec_mod
 from slurmkit.core.layout import SweepDir
 from slurmkit.errors import SpecError, UserError
@@ -487,7 +487,7 @@ def small_report(**kw) -> rep.Report:
 
 
 def test_prometheus_text_format():
-    text = reportout.prometheus(small_report(by="account"))
+    text = usageout.prometheus(small_report(by="account"))
     sample = re.compile(r'^slurmkit_report_[a-z_]+(\{([a-z_]+="([^"\\\n]|\\.)*",?)*\})? \S+$')
     names = set()
     for line in text.splitlines():
@@ -506,10 +506,10 @@ def test_prometheus_text_format():
 
 def test_csv_has_one_row_per_attempt():
     buffer = io.StringIO()
-    reportout.write_csv(small_report(), buffer)
+    usageout.write_csv(small_report(), buffer)
     rows = list(csv.DictReader(io.StringIO(buffer.getvalue())))
     assert [r["attempt"] for r in rows] == ["1", "2"] and list(rows[0]) == list(
-        reportout.CSV_COLUMNS
+        usageout.CSV_COLUMNS
     )
     assert (rows[1]["cause"], rows[1]["lost_hours"], rows[1]["start"]) == ("error", "1.0", "")
     assert json.loads(rows[0]["labels"])["team"].startswith("we")
@@ -522,11 +522,11 @@ def test_json_document_and_table(capsys):
     assert doc["groups"] == [{"group": "alice", **doc["totals"]}]
     assert doc["sweeps"][0]["trials"][1]["attempts"][0]["cause"] == "error"
     json.dumps(doc, allow_nan=False)
-    reportout.print_tables(small_report(), show_trials=True)
+    usageout.print_tables(small_report(), show_trials=True)
     shown = capsys.readouterr().out
     assert "1 error" in shown and shown.count("12.00") == 2  # cost, and per success (one)
     assert not any(line.strip().startswith("line") for line in shown.splitlines())  # one line
-    assert reportout.duration(3725) == "1h02m" and reportout.duration(None) == "-"
+    assert usageout.duration(3725) == "1h02m" and usageout.duration(None) == "-"
 
 
 def test_plot_needs_matplotlib(monkeypatch):
@@ -534,14 +534,20 @@ def test_plot_needs_matplotlib(monkeypatch):
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(UserError) as err:
-        reportout.check_plot()
+        usageout.check_plot()
     assert err.value.exit_code == 1 and "slurmkit[plot]" in err.value.hint
 
 
 @pytest.mark.slow
 def test_plot_writes_a_whole_png(tmp_path):
-    reportout.plot(small_report(), str(tmp_path / "r.png"))
+    usageout.plot(small_report(), str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG" and os.listdir(tmp_path) == ["r.png"]
+
+
+def test_the_report_modules_leave_slurmkit_report_to_training_code():
+    import slurmkit
+
+    assert callable(slurmkit.report) and slurmkit.report.__module__ == "slurmkit.runtime.report"
 
 
 # --------------------------------------------------------------------------- #

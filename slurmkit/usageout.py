@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import UserError
-from .report import Report, SweepReport
+from .usage import Report, SweepReport
 
 CSV_COLUMNS = (
     "sweep_dir",

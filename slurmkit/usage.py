@@ -1,4 +1,5 @@
 """``slurmkit report``: where a sweep's time and money went, per sweep, trial and attempt.
+(Not named ``report``: ``slurmkit.report`` is the metrics call of training code.)
 
 ONE accounting query (:mod:`.accounting`: every attempt's submit, start, end, partition,
 account, user and allocated GPUs or CPUs) joined with the sweep directories: the submission
@@ -25,7 +26,7 @@ import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -86,7 +87,7 @@ class Attempt:
     cost: float | None = None  # None: its partition has no price
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self.__dict__)  # scalars only: no deep copy (asdict) of 10,000 attempts
 
 
 @dataclass
@@ -247,7 +248,6 @@ class _Sweep:
     name: str
     labels: dict[str, str]
     rows: list[dict[str, Any] | None]  # trials.jsonl
-    statuses: dict[str, dict[str, Any] | None]
     offsets: dict[str, int]  # array job id -> offset of its task ids
     warnings: list[str]
 
@@ -263,13 +263,21 @@ class _Sweep:
             offset = self.offsets.get(row.job)
             if offset is not None and row.task is not None:
                 by_index[offset + row.task].append(row)
+        # status files only where accounting leaves the story open: a trial whose one attempt
+        # accounting saw complete needs none (most trials of most sweeps)
+        needed = [
+            row["id"]
+            for index, row in enumerate(self.rows)
+            if row is not None and not _done_once(by_index.get(index, ()))
+        ]
+        statuses = store.read_statuses(self.dir, needed, self.warnings) if needed else {}
         trials = []
         for index, manifest_row in enumerate(self.rows):
             if manifest_row is None:
                 trials.append(TrialReport(index, "", states.DAMAGED))
                 continue
             tid = manifest_row["id"]
-            status = self.statuses.get(tid)
+            status = statuses.get(tid)
             records = status.get("attempts", []) if status else []
             found = by_index.get(index, [])
             if (
@@ -279,7 +287,7 @@ class _Sweep:
             ):
                 continue  # nothing of it in the window
             recorded = status.get("state") if status else None
-            if tid in self.statuses and status is None:
+            if tid in statuses and status is None:
                 recorded = states.DAMAGED
             state = trial_state(recorded, found)
             attempts = join_trial(
@@ -318,7 +326,6 @@ def _read(sweep: SweepDir, warnings: list[str]) -> _Sweep:
         name or os.path.basename(sweep.root),
         {str(k): str(v) for k, v in labels.items()},
         store.manifest(sweep, warnings),
-        store.read_statuses(sweep, warnings=warnings),
         offsets,
         warnings,
     )
@@ -417,7 +424,16 @@ def pair(
     without a record (the runtime could not write one) or a record without a row (no
     accounting, the local backend) stands alone; with ``since``, a lone record from before it
     is left out."""
-    started = sorted((r for r in rows if r.start is not None), key=_order)
+    started = [r for r in rows if r.start is not None]
+    if len(started) > 1:
+        started.sort(key=_order)
+    if not records:
+        return [(row, None) for row in started]
+    if len(started) == 1 and len(records) == 1:  # most trials: one run, one record
+        row, rec = started[0], records[0]
+        start = _number(rec.get("start"))
+        if start is not None and str(rec.get("job_id")) == row.raw and _fits(row, start):
+            return [(row, rec)]
     by_raw: dict[str, list[Row]] = defaultdict(list)
     for row in started:
         by_raw[row.raw].append(row)
@@ -605,6 +621,11 @@ def _quantile(ordered: Sequence[float], q: float) -> float | None:
     if not ordered:
         return None
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _done_once(rows: Sequence[Row]) -> bool:
+    """Accounting saw the trial run once, to completion: its status file adds nothing."""
+    return len(rows) == 1 and rows[0].state == "COMPLETED" and rows[0].start is not None
 
 
 def _fits(row: Row, start: float) -> bool:
