@@ -33,6 +33,7 @@ from typing import Any
 from . import accounting, store
 from .accounting import Row
 from .core import states
+from .core.arrays import expand_array_spec
 from .core.layout import COMMENT_PREFIX, SweepDir
 from .errors import SpecError, UserError
 
@@ -248,21 +249,21 @@ class _Sweep:
     name: str
     labels: dict[str, str]
     rows: list[dict[str, Any] | None]  # trials.jsonl
-    offsets: dict[str, int]  # array job id -> offset of its task ids
+    tasks: dict[tuple[str, int], int]  # (array job id, task id) -> trial index
     warnings: list[str]
 
     @property
     def jobs(self) -> list[str]:
-        return list(self.offsets)
+        return list(dict.fromkeys(job for job, _ in self.tasks))
 
     def report(
         self, rows: Iterable[Row], prices: dict[str, float], now: float, since: float | None
     ) -> SweepReport:
         by_index: dict[int, list[Row]] = defaultdict(list)
         for row in rows:
-            offset = self.offsets.get(row.job)
-            if offset is not None and row.task is not None:
-                by_index[offset + row.task].append(row)
+            index = self.tasks.get((row.job, row.task)) if row.task is not None else None
+            if index is not None:
+                by_index[index].append(row)
         # status files only where accounting leaves the story open: a trial whose one attempt
         # accounting saw complete needs none (most trials of most sweeps)
         needed = [
@@ -312,11 +313,12 @@ class _Sweep:
 
 def _read(sweep: SweepDir, warnings: list[str]) -> _Sweep:
     config = store.config(sweep, warnings)
-    offsets = {
-        job["job_id"]: job["offset"]
+    # the records of every backend that submits Slurm arrays (slurm, submitit) have this shape
+    tasks = {
+        (job["job_id"], task): job["offset"] + task
         for record in store.submissions(sweep, warnings)
-        if record.get("backend") == "slurm"
         for job in record.get("jobs", [])
+        for task in expand_array_spec(job["array"])
     }
     labels = config.get("labels")
     labels = labels if isinstance(labels, dict) else {}
@@ -326,7 +328,7 @@ def _read(sweep: SweepDir, warnings: list[str]) -> _Sweep:
         name or os.path.basename(sweep.root),
         {str(k): str(v) for k, v in labels.items()},
         store.manifest(sweep, warnings),
-        offsets,
+        tasks,
         warnings,
     )
 
@@ -348,7 +350,7 @@ def _from_comments(
         if sweep.exists():
             read = _read(sweep, warnings)
             out.append(read.report(found, prices, now, since))
-            known = set(read.offsets)
+            known = set(read.jobs)
             strays = sorted({r.job for r in found if r.job not in known})
             if strays:
                 warnings.append(

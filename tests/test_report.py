@@ -16,8 +16,8 @@ import pytest
 from conftest import run_cli, write_spec
 
 from slurmkit import accounting, render, usageout
-from slurmkit import usage as rep
 from slurmkit import spec as spec_mod
+from slurmkit import usage as rep
 from slurmkit.core.layout import SweepDir
 from slurmkit.errors import SpecError, UserError
 
@@ -399,7 +399,7 @@ def make_sweep(root: Path, statuses: dict[int, dict], journal: dict[int, list[fl
     )
     (root / "sweep.json").write_text(json.dumps({"name": "sw", "labels": {"team": "nlp"}}))
     jobs = [
-        {"job_id": "2", "offset": 0, "array": "0-1"},
+        {"job_id": "2", "offset": 0, "array": "0-2"},
         {"job_id": "5", "offset": 2, "array": "0"},
     ]
     (root / "submissions" / "0000.json").write_text(
@@ -445,13 +445,26 @@ def test_a_sweep_directory_joined_with_its_rows(tmp_path):
         2,
     )
     assert first.lost_hours * 3600 == pytest.approx(2) and second.queue_s == 1
-    # task 2 is job 2's (offset 0), not job 5's: job 5 has no rows; its failure from sacct
+    # trial 2: job 2's task 2 (job 5, a later submission of it, has no rows): a failure, from sacct
     [failed] = s.trials[2].attempts
     assert (failed.job, failed.cause, failed.lost_hours * 3600) == ("2_2", "error", 8)
     # 8 s of trial 0, 2 s up to trial 1's checkpoint and its 8 s rerun; 2 + 8 s lost
     gpu = s.figures["gpu_hours"]
     assert (gpu["useful"] * 3600, gpu["lost"] * 3600) == pytest.approx((18, 10))
     assert s.figures["cost"] == pytest.approx(28.0)  # 28 GPU-seconds at 3600 an hour
+
+
+def test_array_tasks_map_to_trials_as_each_record_says(tmp_path):
+    """The submitit backend records one entry per run of consecutive trials of an array: job 2
+    ran trials 0 and 2 as its tasks 0 and 1 (a resume of those two)."""
+    make_sweep(tmp_path, {}, {})
+    jobs = [{"job_id": "2", "offset": 0, "array": "0"}, {"job_id": "2", "offset": 1, "array": "1"}]
+    (tmp_path / "submissions" / "0000.json").write_text(
+        json.dumps({"backend": "submitit", "state": "submitted", "jobs": jobs, "user": "root"})
+    )
+    rows = accounting.parse(REAL)
+    s = rep._read(SweepDir(str(tmp_path)), []).report(rows, {}, rows[0].start + 100, None)
+    assert [[a.job for a in t.attempts] for t in s.trials] == [["2_0"], [], ["2_1", "2_1"]]
 
 
 def test_since_attributes_jobs_by_their_comment(tmp_path):
