@@ -27,7 +27,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from . import accounting, store
@@ -134,7 +134,7 @@ class Report:
     since: str | None = None
     warnings: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def totals(self) -> dict[str, Any]:
         return figures([t for s in self.sweeps for t in s.trials])
 

@@ -67,8 +67,11 @@ def _one_line(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def amount(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+def amount(value: float | None) -> str:
+    """Hours or money: two decimals, or three significant digits below 1 (``0.0042``)."""
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if 0 < abs(value) < 1 else f"{value:,.2f}"
 
 
 def percent(value: float | None) -> str:

@@ -540,6 +540,9 @@ def test_json_document_and_table(capsys):
     assert "1 error" in shown and shown.count("12.00") == 2  # cost, and per success (one)
     assert not any(line.strip().startswith("line") for line in shown.splitlines())  # one line
     assert usageout.duration(3725) == "1h02m" and usageout.duration(None) == "-"
+    assert [usageout.amount(v) for v in (0, 0.004234, 0.5, 1234.5, None)] == [
+        "0.00", "0.00423", "0.5", "1,234.50", "-",
+    ]  # fmt: skip
 
 
 def test_plot_needs_matplotlib(monkeypatch):
