@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -311,10 +312,11 @@ def test_fetch_checksums_any_range(
 
     with Fetch(read_into, start, start + size, chunk=chunk, readers=readers, window=window) as f:
         for end in range(chunk, size + chunk, chunk):
-            f.wait(min(end, size))
-            assert bytes(f.view[: min(end, size)]) == blob[start : start + min(end, size)]
-            released[0] = min(end, size)
-            f.release(min(end, size))
+            begin, end = end - chunk, min(end, size)
+            f.wait(end)
+            assert bytes(f.view[begin:end]) == blob[start + begin : start + end]
+            released[0] = end
+            f.release(end)
         assert f.finish() == (size, zlib.crc32(blob[start:]))
     if window is not None:
         assert max(ahead, default=0) <= max(window, 2 * chunk)
@@ -338,6 +340,23 @@ def test_fetch_reads_first_pieces_first_and_raises_a_readers_error() -> None:
 
     with Fetch(failing, 0, 1000, chunk=100, readers=2) as f, pytest.raises(OSError, match="I"):
         f.finish()
+
+
+def test_released_bytes_go_back_to_the_system() -> None:
+    """What the consumer gave back is dropped from memory (read again: zeros), the rest kept;
+    without a window nothing is dropped (the host path's tensors are views of it)."""
+    page = mmap.PAGESIZE
+
+    def ones(offset: int, view: memoryview) -> None:
+        view[:] = b"\x01" * len(view)
+
+    for window, kept in ((4 * page, False), (None, True)):
+        with Fetch(ones, 0, 8 * page, chunk=page, readers=2, window=window) as f:
+            f.wait(3 * page)
+            f.release(2 * page + 100)
+            assert bytes(f.view[: 2 * page]) == (b"\x01" if kept else b"\x00") * 2 * page
+            assert bytes(f.view[2 * page : 3 * page]) == b"\x01" * page
+            f.finish()
 
 
 def test_file_shorter_than_its_reads_is_invalid(tmp_path: Path) -> None:

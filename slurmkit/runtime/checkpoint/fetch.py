@@ -94,7 +94,7 @@ class Fetch:
         first: Iterable[int] = (),
     ) -> None:
         self.read_into, self.start, self.size, self.chunk = read_into, start, end - start, chunk
-        self.mem = mmap.mmap(-1, max(1, self.size))
+        self.mem = mmap.mmap(-1, max(1, self.size), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.view = memoryview(self.mem)[: self.size]
         self.count = -(-self.size // chunk)
         early = [i for i in dict.fromkeys(first) if 0 <= i < self.count]
@@ -198,10 +198,10 @@ class Fetch:
             self.released = upto
             self.cond.notify_all()
 
-    def finish(self, drain: bool = False) -> tuple[int, int]:
-        """Wait for every piece; ``(size, crc32)`` of the range. ``drain``: give back each piece
-        once it is read (a consumer that stopped using the bytes, still wanting their CRC)."""
-        if drain:
+    def finish(self) -> tuple[int, int]:
+        """Wait for every piece; ``(size, crc32)`` of the range. With a window, the consumer is
+        done with the bytes: each piece is given back once read."""
+        if self.window is not None:
             for index in range(self.count):
                 self.wait((index + 1) * self.chunk)
                 self.release((index + 1) * self.chunk)

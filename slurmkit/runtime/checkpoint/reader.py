@@ -23,7 +23,7 @@ from typing import IO, Any, cast
 
 from .fetch import Fetch, Invalid, Source
 
-CHUNK = 32 << 20  # bytes per read
+CHUNK = 16 << 20  # bytes per read
 READERS = 8  # reads in flight
 WINDOW = 1 << 30  # streamed to a GPU: bytes read ahead of the copies (host memory held)
 TAIL = 1 << 20  # bytes at the end read first: the zip directory of a torch file
@@ -322,7 +322,7 @@ def _streamed(
                 fetch.release(end)
             stream.done()
         except _Layout:
-            _check(src.path, fetch.finish(drain=True), info)
+            _check(src.path, fetch.finish(), info)
             return _UNSUPPORTED
         _check(src.path, fetch.finish(), info)
     import torch
