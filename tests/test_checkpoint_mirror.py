@@ -398,6 +398,21 @@ def test_the_environment_turns_the_mirror_on(s3, url, tmp_path, monkeypatch):
     assert Checkpointer(trial / "other", mirror=False).mirror is None
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_sharded_checkpoints_are_mirrored_whole(s3, url, tmp_path):
+    """A DCP checkpoint (files in a subfolder, sizes in its record) reaches the mirror, which
+    load_sharded reads as a root of its own."""
+    torch = pytest.importorskip("torch")
+    with Checkpointer(tmp_path, mirror=url) as ck:
+        ck.save_sharded({"w": torch.arange(8.0), "n": 1}, 1)
+        assert ck.wait_mirrored(60)
+    keys = sorted(k.split("/", 2)[2] for k in s3.keys(url.split("/", 3)[3] + "/"))
+    assert keys[0] == COMMIT and len(keys) == 3 and all(k.startswith("dcp-") for k in keys[1:])
+    target = {"w": torch.zeros(8), "n": 0}
+    assert mirror_of(url).load_sharded(target) == 1
+    assert torch.equal(target["w"], torch.arange(8.0)) and target["n"] == 1
+
+
 EXITING = """
 import sys
 sys.path.insert(0, {root!r})
