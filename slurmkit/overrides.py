@@ -26,9 +26,9 @@ import inspect
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .core.record import record
 from .core.values import (
     _DICT_KEY_KINDS,
     _ID,
@@ -58,7 +58,7 @@ MAX_SWEEP_SIZE = 1_000_000
 """Largest number of values a ``range()`` may expand to."""
 
 
-@dataclass(frozen=True)
+@record
 class Override:
     """A parsed ``key=value``; ``value`` is None for a bare ``~key`` deletion."""
 
@@ -73,7 +73,7 @@ class Override:
 # --------------------------------------------------------------------------- #
 
 
-@dataclass(frozen=True)
+@record
 class _Quoted:
     """A quoted string: equality but no ordering, like Hydra's QuotedString."""
 
@@ -81,9 +81,9 @@ class _Quoted:
     quote: str
 
 
-@dataclass(frozen=True)
+@record
 class _ChoiceSweep:
-    """A choice sweep, like Hydra's ChoiceSweep (a docstring spares dataclass an inspect call)."""
+    """A choice sweep, like Hydra's ChoiceSweep (a docstring spares dataclasses an inspect call)."""
 
     items: tuple[Any, ...]
     simple: bool  # the `a,b` form (or a cast/sort of several arguments)

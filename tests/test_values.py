@@ -280,7 +280,12 @@ def test_imports_only_core() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('slurmkit')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["['slurmkit',", "'slurmkit.core',", "'slurmkit.core.values']"]
+    assert out.stdout.split() == [
+        "['slurmkit',",
+        "'slurmkit.core',",
+        "'slurmkit.core.record',",
+        "'slurmkit.core.values']",
+    ]
 
 
 def test_overrides_reexports() -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE
+from ..core.record import record
 from ..errors import UserError
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class Stopped(NamedTuple):
     text: str
 
 
-@dataclass
+@record(frozen=False)
 class Submission:
     """What one ``sweep`` or ``--resume`` did (or, with ``dry_run``, would do)."""
 

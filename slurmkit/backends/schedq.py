@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.arrays import expand_array_spec
 from .base import TaskState
@@ -24,8 +23,7 @@ from .base import TaskState
 Answer = dict[tuple[str, int], TaskState]
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(NamedTuple):
     name: str  # "pyslurm" or "cli"
     why: str
     module: Any = None  # the pyslurm module, when chosen

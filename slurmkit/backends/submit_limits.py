@@ -7,11 +7,10 @@ array task counts as one job. The parsing is pure; ``slurm.headroom`` is the thi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     jobs: int  # the most jobs the user may have queued and running at once
     source: str  # where it comes from, in words ("QOS normal MaxSubmitJobsPerUser")
 

@@ -9,8 +9,9 @@ so the in-job runtime writes parameters without loading it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from .record import record
 
 __all__ = ["Choice", "Distribution", "OverrideError", "format_value"]
 
@@ -25,14 +26,14 @@ class OverrideError(ValueError):
         super().__init__(f"{message}\n    {text}\n    {' ' * column}^")
 
 
-@dataclass(frozen=True)
+@record
 class Choice:
     """A discrete sweep (``a,b,c``, ``choice(...)``, ``range(...)``), in Hydra's order."""
 
     values: tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Distribution:
     """A random-search distribution ``uniform``, ``loguniform`` or ``randint`` (low < high)."""
 

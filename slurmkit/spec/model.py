@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
+from ..core.record import record
 from ..core.values import Choice, Distribution, format_value
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ RESUMABLE = (
 Domain = Any  # a fixed value, a Choice, or a Distribution
 
 
-@dataclass(frozen=True)
+@record
 class Resources:
     """What every trial asks Slurm for (per array task)."""
 
@@ -142,7 +143,7 @@ class Resources:
         return int(str(self.gpus).rsplit(":", 1)[-1]) if self.gpus else 0
 
 
-@dataclass(frozen=True)
+@record
 class Requeue:
     """How a trial survives preemption, time limits, node failures and its own errors.
 
@@ -163,7 +164,7 @@ class Requeue:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Logs:
     """Where output goes. ``name``: Slurm's own log of each array task, ``SWEEP_DIR/logs/NAME
     .out`` (sbatch's tokens: LOG_TOKENS); ``stderr``: ``merged`` into the output, or
@@ -173,7 +174,7 @@ class Logs:
     stderr: str = "merged"
 
 
-@dataclass(frozen=True)
+@record
 class DataEntry:
     """A dataset of the ``data`` block: staged from ``src`` (an fsspec URL or a path) to ``dst``
     on the shared filesystem once, before the trials start; with ``cache: node`` each node also
@@ -187,7 +188,7 @@ class DataEntry:
     cache_dir: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class SweepSpec:
     """A validated sweep."""
 
