@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import json
 import math
 import os
 import sys
@@ -56,6 +55,8 @@ def _fail(exc: Exception, as_json: bool = False) -> NoReturn:
     """The error on stderr (one JSON object with --json), then its exit code."""
     code = getattr(exc, "exit_code", 1)
     if as_json:
+        import json  # ~1 ms: only for --json (and --help needs none)
+
         fields = {k: getattr(exc, k, None) for k in ("message", "file", "key", "hint")}
         click.echo(json.dumps({"error": fields, "exit_code": code}, ensure_ascii=False), err=True)
     else:
@@ -142,6 +143,8 @@ def _warn(warnings: list[str]) -> None:
 def _emit_json(obj: Any) -> None:
     """One JSON document on one line (json's C encoder; pipe it to ``jq`` to read it), strict
     JSON: a NaN or infinite float is the string "NaN", "Infinity" or "-Infinity"."""
+    import json  # ~1 ms: only for --json (and --help needs none)
+
     try:
         text = json.dumps(obj, default=str, ensure_ascii=False, allow_nan=False)
     except ValueError:  # a non-finite float: only then walk the whole document
@@ -286,6 +289,8 @@ def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
 
     trials = plan.expand(load(args[0], args[1:]))
     if as_json:
+        import json
+
         _emit_json([json.loads(row) for row in trials.rows])  # the manifest's rows, strict JSON
         return
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
@@ -387,6 +392,8 @@ def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
             if exc.key != "command":
                 raise
             config = executor_config(args[0], [*args[1:], "~command"])
+        import json
+
         click.echo(json.dumps(config, indent=2, default=str))
         return
     from . import sweep as lib  # sweep: the backends, render and store (~15 ms)

@@ -230,38 +230,53 @@ def read_statuses(
     return out
 
 
+_DAMAGED = object()  # what _decoded gives for a line that is not JSON
+
+
+def _decoded(lines: list[bytes]) -> list[Any]:
+    """Each line's JSON value (``_DAMAGED`` where it is none): one decode of the whole file
+    when every line reads, else line by line."""
+    try:
+        values = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(values) == len(lines):  # a line of two values ("1, 2") is damaged too
+            return list(values)
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+        pass
+    out: list[Any] = []
+    for line in lines:
+        try:
+            out.append(json.loads(line.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError):
+            out.append(_DAMAGED)
+    return out
+
+
 def manifest(sweep: SweepDir, warnings: list[str] | None = None) -> list[dict[str, Any] | None]:
     """The trials of ``trials.jsonl`` in index order; ``None`` for a damaged line (said in
     ``warnings``). A trial id that is not a plain name, or one that comes twice, is refused:
     ids name directories, and nothing may reach outside the sweep directory."""
     rows: list[dict[str, Any] | None] = []
-    loads, match = json.loads, _ID.match
     with open(sweep.manifest, "rb") as fh:
-        for number, line in enumerate(fh, 1):
-            try:
-                row = loads(line.decode("utf-8"))
-                whole = (
-                    type(row) is dict
-                    and type(row.get("params")) is dict
-                    and row.get("index") == len(rows)
-                )
-            except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
-                if not line.strip():
-                    continue
-                whole = False
-            if not whole:
-                _warn(
-                    warnings, f"{sweep.manifest}:{number}: damaged (not an index, id, params row)"
-                )
-                rows.append(None)
-                continue
-            tid = row.get("id")
-            if type(tid) is not str or not (tid.isalnum() or match(tid)):
-                raise UserError(
-                    f"{sweep.manifest}:{number}: {tid!r} is not a trial id",
-                    hint="trials.jsonl is written by slurmkit: restore it",
-                )
-            rows.append(row)
+        lines = fh.read().split(b"\n")
+    if lines and not lines[-1]:
+        del lines[-1]  # the file ends with a newline
+    match = _ID.match
+    for number, (line, row) in enumerate(zip(lines, _decoded(lines)), 1):
+        if row is _DAMAGED and not line.strip():
+            continue
+        if not (
+            type(row) is dict and type(row.get("params")) is dict and row.get("index") == len(rows)
+        ):
+            _warn(warnings, f"{sweep.manifest}:{number}: damaged (not an index, id, params row)")
+            rows.append(None)
+            continue
+        tid = row.get("id")
+        if type(tid) is not str or not (tid.isalnum() or match(tid)):
+            raise UserError(
+                f"{sweep.manifest}:{number}: {tid!r} is not a trial id",
+                hint="trials.jsonl is written by slurmkit: restore it",
+            )
+        rows.append(row)
     ids = [row["id"] for row in rows if row is not None]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
