@@ -283,6 +283,24 @@ def test_upload_failures_are_retried_with_backoff_and_reported(
     assert SECRET not in err
 
 
+def test_close_waits_for_the_mirror_no_longer_than_mirror_wait(
+    s3, url, tmp_path, capfd, fast_backoff
+):
+    prefix = url.split("/", 3)[3] + "/"
+    s3.refuse[prefix] = 10**6
+    try:
+        ck = Checkpointer(tmp_path, mirror=url, mirror_wait=0.3)
+        ck.save(state(1), 1)
+        ck.close()  # returns with step 1 unmirrored, and says so
+        assert not ck.wait_mirrored()  # the uploader has ended: nothing to wait for
+    finally:
+        s3.refuse.pop(prefix)
+    status = ck.mirror_status()
+    assert status is not None and status.state == "closed" and status.mirrored is None
+    assert f"step 1 not yet mirrored to {url} (not done after 0.3 s)" in capfd.readouterr().err
+    assert ck.load_latest() == (1, state(1))  # still on the fast path
+
+
 def test_a_failure_that_retrying_cannot_fix_is_reported_once(s3, url, tmp_path, capfd):
     """A fast-path copy damaged before its upload: no commit record reaches the mirror."""
     prefix = url.split("/", 3)[3] + "/"

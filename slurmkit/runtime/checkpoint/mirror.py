@@ -156,7 +156,13 @@ class Mirror:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self.status = MirrorStatus(self.url, "idle")
+        self._ended = False  # the uploader has stopped
+        self._status = MirrorStatus(self.url, "idle")
+
+    @property
+    def status(self) -> MirrorStatus:
+        """What the uploader is doing (``closed`` once stopped, an upload under way or not)."""
+        return replace(self._status, state="closed") if self._stopping else self._status
 
     # -- the training side: no lock, no I/O --
 
@@ -177,10 +183,11 @@ class Mirror:
         most (saying so when that is not enough); True when the last one is on the mirror."""
         target = self._handed
         with self._cond:
-            done = self._cond.wait_for(lambda: self._done >= target, timeout)
-            ok = self._ok
+            self._cond.wait_for(lambda: self._done >= target or self._ended, timeout)
+            done, ok = self._done >= target, self._ok
         if not done:
-            _log(f"step {self.status.pending} not yet mirrored to {self.url} after {timeout:g} s")
+            late = "closed" if self._ended else f"not done after {timeout:g} s"
+            _log(f"step {self._status.pending} not yet mirrored to {self.url} ({late})")
         return done and ok
 
     def stop(self) -> None:
@@ -188,7 +195,6 @@ class Mirror:
         if not self._stopping:
             self._stopping = True
             self._queue.put(_STOP)
-            self.status = replace(self.status, state="closed")
 
     # -- the uploader thread --
 
@@ -197,28 +203,31 @@ class Mirror:
         while True:
             item = self._newest(item or self._queue.get())
             if item is _STOP:
+                with self._cond:
+                    self._ended = True
+                    self._cond.notify_all()
                 return
             seq, step, record = item
-            self.status = replace(self.status, state="uploading", pending=step, backoff=None)
+            self._status = replace(self._status, state="uploading", pending=step, backoff=None)
             try:
                 self._upload(step, record)
             except _Gone as exc:
                 if self._queue.empty():
                     self._finish(seq, False, f"step {step} not mirrored: {exc}")
                 else:  # pruned from the fast path after a newer save, say
-                    self.status = replace(self.status, superseded=self.status.superseded + 1)
+                    self._status = replace(self._status, superseded=self._status.superseded + 1)
                 item = None
                 continue
             except Exception as exc:  # any failure of the store: retried
                 item = self._retry(item, exc)
                 continue
-            if self.status.attempts:
-                _log(f"step {step} mirrored to {self.url} after {self.status.attempts} failures")
+            if self._status.attempts:
+                _log(f"step {step} mirrored to {self.url} after {self._status.attempts} failures")
             try:
                 self.tier._prune(step)
             except Exception as exc:  # the next upload prunes again
                 _log(f"pruning {self.url} failed: {_reason(exc)}")
-            self.status = replace(self.status, mirrored=step, uploaded=self.status.uploaded + 1)
+            self._status = replace(self._status, mirrored=step, uploaded=self._status.uploaded + 1)
             self._finish(seq, True)
             item = None
 
@@ -231,22 +240,22 @@ class Mirror:
                 return item
             if later is _STOP:
                 return later
-            self.status = replace(self.status, superseded=self.status.superseded + 1)
+            self._status = replace(self._status, superseded=self._status.superseded + 1)
             item = later
 
     def _retry(self, item: _Item, exc: Exception) -> _Item:
         """Report a failed attempt and wait before the next (longer after each failure in a
         row); a newer checkpoint queued meanwhile replaces ``item``."""
-        attempts = self.status.attempts + 1
+        attempts = self._status.attempts + 1
         delay = backoff(attempts, *BACKOFF)
         reason = _reason(exc)
-        self.status = replace(
-            self.status,
+        self._status = replace(
+            self._status,
             state="retrying",
             attempts=attempts,
             backoff=delay,
             error=reason,
-            failures=self.status.failures + 1,
+            failures=self._status.failures + 1,
         )
         _log(
             f"mirroring step {item[1]} to {self.url} failed (attempt {attempts}): {reason}; "
@@ -260,16 +269,16 @@ class Mirror:
                 break
             if later is _STOP:
                 return later
-            self.status = replace(self.status, superseded=self.status.superseded + 1)
+            self._status = replace(self._status, superseded=self._status.superseded + 1)
             item = later
         return item
 
     def _finish(self, seq: int, ok: bool, failed: str | None = None) -> None:
         if failed is not None:
             _log(failed)
-        state, error = ("idle", self.status.error) if ok else ("failed", failed)
-        self.status = replace(
-            self.status, state=state, pending=None, attempts=0, backoff=None, error=error
+        state, error = ("idle", self._status.error) if ok else ("failed", failed)
+        self._status = replace(
+            self._status, state=state, pending=None, attempts=0, backoff=None, error=error
         )
         with self._cond:
             self._done, self._ok = seq, ok
