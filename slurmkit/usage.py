@@ -504,7 +504,8 @@ def join_trial(
         if outcome == "interrupted" and a.start is not None:
             journal = commits() if journal is None else journal
             stop = a.end if a.end is not None else now
-            a.checkpoint = max((t for t in journal if a.start <= t <= stop), default=None)
+            # sacct's times are whole seconds (cut): the attempt ran until before stop + 1
+            a.checkpoint = max((t for t in journal if a.start <= t < stop + 1), default=None)
         hours(a, now)
         price = prices.get(a.partition)
         total = a.useful_hours + a.lost_hours + a.running_hours
@@ -546,7 +547,7 @@ def hours(a: Attempt, now: float) -> None:
     elif a.outcome == "completed":
         a.useful_hours = total
     elif a.outcome == "interrupted" and a.checkpoint is not None:
-        a.useful_hours = a.units * (a.checkpoint - a.start) / 3600
+        a.useful_hours = a.units * (min(a.checkpoint, stop) - a.start) / 3600
         a.lost_hours = total - a.useful_hours
     else:
         a.lost_hours = total

@@ -175,6 +175,9 @@ def test_an_interrupted_attempt_is_useful_up_to_its_last_checkpoint():
     assert (b.outcome, b.cause, b.useful_hours, b.lost_hours) == ("completed", None, 8 * 0.5, 0)
     assert (a.queue_s, b.queue_s, b.run_s) == (0, 20, 1800)
     assert a.cost + b.cost == pytest.approx(4.0 * 8 * 1.5)
+    # sacct's end is cut to the second: a commit within that second is the attempt's own
+    late = join([preempted, rerun], records, commits=[T0 + 3600.4])[0]
+    assert (late.checkpoint, late.useful_hours, late.lost_hours) == (T0 + 3600.4, 8.0, 0.0)
     # no journal (the trial checkpoints by itself, or not at all): all of it lost
     a, _ = join([preempted, rerun], records)
     assert (a.checkpoint, a.useful_hours, a.lost_hours) == (None, 0.0, 8.0)
