@@ -4,6 +4,7 @@
     python bench/checkpoint.py --gib 4 --dir /shared/scratch --repeat 3
 
     python bench/checkpoint.py --loop --device cuda --width 8192 --layers 16 --batch 4096
+    python bench/checkpoint.py --resume              # resume: bench/resume.py, 3 GiB on the CPU
 
 Per round, in turn: raw writes of the state's tensor bytes (write + fsync; plain, and with the
 early writeback slurmkit uses), a synchronous ``Checkpointer.save``, an asynchronous one (the
@@ -96,11 +97,17 @@ def main() -> None:
     ap.add_argument("--dir", help="where to write (default: a temp dir in the repo)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--loop", action="store_true", help="only the training-loop measurement")
+    ap.add_argument("--resume", action="store_true", help="only resume (bench/resume.py)")
     ap.add_argument("--device", default="cpu", help="--loop: cpu or cuda")
     ap.add_argument("--width", type=int, default=4096, help="--loop: layer width")
     ap.add_argument("--layers", type=int, default=0, help="--loop: layers (default: from --gib)")
     ap.add_argument("--batch", type=int, default=256, help="--loop: batch size")
     args = ap.parse_args()
+    if args.resume:  # 3 GiB: loaded, written and its DCP target fit in this VM's 24 GB
+        import resume
+
+        resume.main(["--gib", "3", "--first-save", *(["--dir", args.dir] if args.dir else [])])
+        return
     base = args.dir or str(ROOT)
     work = tempfile.mkdtemp(prefix=".bench-checkpoint-", dir=base)
     if args.loop:
