@@ -21,9 +21,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..yamlimport import yaml
-
 from ..errors import SpecError
+from ..yamlimport import yaml
 
 MAX_DEPTH = 64
 """How deep mappings and lists may nest in a spec (its top-level values are at depth 1)."""
