@@ -19,6 +19,10 @@ plus the wait in the next ``optimizer.step()`` for an overlapped snapshot, timed
 pre-hooks run before and after the checkpoint's) and how much slower
 the loop ran in all until the checkpoint was on disk (the steps run meanwhile against the median
 plain step: on a machine with few cores, the background write competes with training).
+Then the loop's time per step with an asynchronous save every ``--every`` steps, its checkpoints
+mirrored (``Checkpointer(..., mirror="s3://...")``) to a local S3 server (moto, a process of
+its own, at the lowest CPU priority: it stands for a store on other machines) or not, in
+alternating runs: mirror on against mirror off (target: at most 1.05x).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -102,6 +107,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=4096, help="--loop: layer width")
     ap.add_argument("--layers", type=int, default=0, help="--loop: layers (default: from --gib)")
     ap.add_argument("--batch", type=int, default=256, help="--loop: batch size")
+    ap.add_argument("--every", type=int, default=10, help="--loop: steps between mirrored saves")
+    ap.add_argument("--saves", type=int, default=3, help="--loop: saves per mirror run")
     args = ap.parse_args()
     if args.resume:  # 3 GiB: loaded, written and its DCP target fit in this VM's 24 GB
         import resume
@@ -267,6 +274,94 @@ def loop_bench(args: argparse.Namespace, work: str) -> None:
         f"extra time of the steps that ran until the checkpoint was on disk. "
         f"Target: async blocked <= 0.10x the sync save."
     )
+    mirror_bench(args, work, step, model, opt)
+
+
+def mirror_bench(
+    args: argparse.Namespace,
+    work: str,
+    step: Callable[[], tuple[float, float]],
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+) -> None:
+    """Time per step of the loop with an async save every ``--every`` steps, mirrored to a local
+    S3 server or not, in alternating runs (the first of a round alternating too)."""
+    try:
+        import s3fs
+    except ImportError:
+        print("\nmirror on vs off: skipped (no s3fs; pip install 'slurmkit[dev]')")
+        return
+    from run import _s3_server
+
+    server, url, _ = _s3_server(Path(work))
+    # The object store runs on other machines in a cluster: here it gets only the CPU time that
+    # training leaves (at the same priority, its own work is what slows the loop most)
+    os.setpriority(os.PRIO_PROCESS, server.pid, 19)
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench-secret",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=url,
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    per_step: dict[str, list[float]] = {"mirror off": [], "mirror on": []}
+    cpu: dict[str, list[float]] = {"mirror off": [], "mirror on": [], "moto": []}
+    notes: list[str] = []
+    steps = args.every * args.saves
+    try:
+        s3fs.S3FileSystem().mkdir("bench")
+        for rnd in range(args.repeat):
+            names = list(per_step) if rnd % 2 == 0 else list(reversed(per_step))
+            for name in names:
+                mirror = f"s3://bench/loop-{rnd}" if name == "mirror on" else False
+                root = os.path.join(work, f"mirror-{rnd}-{name.split()[1]}")
+                with Checkpointer(root, keep=2, async_save=True, mirror=mirror) as ckpt:
+                    settle()
+                    start, used, moto = time.perf_counter(), time.process_time(), _cpu(server.pid)
+                    for i in range(1, steps + 1):
+                        step()
+                        if i % args.every == 0:
+                            state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+                            ckpt.save(state, i, overlap=opt)
+                    ckpt.wait()  # the last save on disk: in both
+                    per_step[name].append((time.perf_counter() - start) / steps)
+                    status = ckpt.mirror_status()
+                    if status is not None:
+                        ckpt.wait_mirrored()
+                        cpu["moto"].append(_cpu(server.pid) - moto)
+                        status = ckpt.mirror_status()
+                        assert status is not None
+                        notes.append(f"{status.uploaded}/{args.saves}")
+                    cpu[name].append(time.process_time() - used)
+    finally:
+        server.terminate()
+        server.wait()
+    off, on = (statistics.median(per_step[k]) for k in ("mirror off", "mirror on"))
+    print(
+        f"\nmirror on vs off: {steps} steps, an async save (overlap=optimizer) every "
+        f"{args.every}, {args.repeat} alternating runs each; checkpoints uploaded to moto "
+        f"(nice 19) of those saved (the rest superseded by newer ones): {' '.join(notes)}"
+    )
+    for name, times in per_step.items():
+        print(
+            f"{name:32} {statistics.median(times):12.4f}s per step   "
+            f"runs: {' '.join(f'{x:.4f}' for x in times)}"
+        )
+    print(f"mirror on / mirror off: {on / off:.3f}x per step (target: <= 1.05x)")
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    print(
+        f"CPU seconds per run (until every upload ended): this process {med['mirror off']:.1f} "
+        f"mirror off, {med['mirror on']:.1f} mirror on; the S3 server (same machine) "
+        f"{med['moto']:.1f}; {os.cpu_count()} CPUs"
+    )
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
