@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None, defaults: dict[str, Any] | None = None) 
     ap.set_defaults(**(defaults or {}))
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    if device.type == "cuda":  # "cuda" alone names no index: set_device wants one
+        torch.cuda.set_device(device.index or 0)
     work = tempfile.mkdtemp(prefix=".bench-resume-", dir=args.dir or str(ROOT))
     single_process_group()  # DCP's collectives, one rank
     try:
