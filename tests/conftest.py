@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -207,3 +208,19 @@ def sbatch_plain(tmp_path: Path, script: Path, name: str, timeout: float = 120) 
     while not (root / "trials.jsonl").exists() and time.time() < end:
         time.sleep(0.5)
     return job, root
+
+
+def attempts(job: Any, timeout: float = 20) -> dict:
+    """An executor job's host-side record of its attempts, once it has recorded the last one's
+    end (the result pickle, which makes job.done() true, is written before the step ends)."""
+    path = job.paths.folder / f"{job.job_id}_attempts.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            record = json.loads(path.read_text())
+            if record.get("state") != "RUNNING":
+                return record
+        except (OSError, ValueError):
+            pass
+        assert time.monotonic() < deadline, f"{path} still says RUNNING after {timeout} s"
+        time.sleep(0.2)

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,14 @@ def _running(pid: int) -> bool:
     return stat.rpartition(") ")[2][:1] not in ("Z", "X")
 
 
+def epoch(text: str) -> float | None:
+    """A time as scontrol prints it (``2026-12-02T05:46:05``), in seconds; None if it is none."""
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class SlurmCluster:
     """A running Slurm cluster.
@@ -87,6 +96,33 @@ class SlurmCluster:
         """``scontrol show job -o JOB_ID`` as dicts, one per array task (pending ones may share)."""
         out = self.run("scontrol", "show", "job", "-o", str(job_id)).stdout
         return [dict(_FIELD.findall(line)) for line in out.splitlines() if line.strip()]
+
+    def finish(self, root: str | Path, timeout: float = 300) -> dict:
+        """Wait for the sweep at ``root`` to finish (its ``status --json`` form), releasing
+        requeued tasks from Slurm's ~120 s BeginTime hold."""
+        from slurmkit.errors import SchedulerError
+        from slurmkit.sweepstate import collect
+
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                current = collect(str(root))
+            except SchedulerError:
+                time.sleep(1)
+                continue
+            if current.finished:
+                return current.as_dict()
+            for t in current.trials:
+                if t.job and t.state in ("PENDING", "REQUEUED"):
+                    info = self.jobs(t.job)
+                    start = epoch(info[0].get("StartTime", "")) if info else None
+                    pending = info and info[0]["JobState"] == "PENDING"
+                    if pending and start and start > time.time() + 5:
+                        self.run(
+                            "scontrol", "update", f"jobid={t.job}", "starttime=now+2", check=False
+                        )
+            time.sleep(1)
+        raise AssertionError(f"sweep not finished after {timeout} s: {collect(str(root)).counts}")
 
     def config(self) -> dict[str, str]:
         """``scontrol show config`` as a dict (key to value, both as printed)."""

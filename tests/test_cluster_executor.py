@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, counted_queries
+from conftest import ROOT, attempts, counted_queries
 from submitit.core.utils import FailedJobError, UncompletedJobError
 
 import slurmkit
@@ -57,22 +56,6 @@ def progress(path: Path, at_least: int, timeout: float = 30) -> None:
             pass
         assert time.monotonic() < deadline, f"{path} did not reach {at_least}"
         time.sleep(0.1)
-
-
-def attempts(job, timeout: float = 20) -> dict:
-    """The host side's record of the job's attempts, once it has recorded the last one's end
-    (the result pickle, which makes job.done() true, is written before the step ends)."""
-    path = job.paths.folder / f"{job.job_id}_attempts.json"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            record = json.loads(path.read_text())
-            if record.get("state") != "RUNNING":
-                return record
-        except (OSError, ValueError):
-            pass
-        assert time.monotonic() < deadline, f"{path} still says RUNNING after {timeout} s"
-        time.sleep(0.2)
 
 
 def test_submit_and_result(slurm_cluster, tmp_path, submitted):

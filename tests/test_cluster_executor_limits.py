@@ -5,7 +5,6 @@ no accounting (the waiter raises, it does not hang)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, attempts
 from submitit.core.utils import FailedJobError
 
 import slurmkit
@@ -58,21 +57,6 @@ def finish(cluster, job, timeout: float) -> None:
             cluster.run("scontrol", "update", f"jobid={job.job_id}", "starttime=now+2")
             released = info["Restarts"]
         time.sleep(1)
-
-
-def attempts(job, timeout: float = 20) -> dict:
-    """The host side's record of the job's attempts, once it has recorded the last one's end."""
-    path = job.paths.folder / f"{job.job_id}_attempts.json"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            record = json.loads(path.read_text())
-            if record.get("state") != "RUNNING":
-                return record
-        except (OSError, ValueError):
-            pass
-        assert time.monotonic() < deadline, f"{path} still says RUNNING after {timeout} s"
-        time.sleep(0.2)
 
 
 def test_a_checkpointable_at_its_time_limit_is_requeued_and_finishes(

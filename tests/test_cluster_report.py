@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli, slurm_submit
-
-from slurmkit.errors import SchedulerError
-from slurmkit.sweepstate import collect
+from slurm_fixtures import epoch
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 NODE = "n3"  # the preempted trial's node (the requeue tests preempt on n4)
@@ -57,13 +55,6 @@ print("done", flush=True)
 """
 
 
-def _epoch(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
-
-
 def _wait(what: str, ready, timeout: float = 120) -> None:
     end = time.time() + timeout
     while time.time() < end:
@@ -77,29 +68,6 @@ def _output(root: Path, index: int) -> str:
     row = json.loads((root / "trials.jsonl").read_text().splitlines()[index])
     path = root / "trials" / row["id"] / "output.log"
     return path.read_text() if path.exists() else ""
-
-
-def _finish(cluster, root: Path, timeout: float = 480) -> None:
-    """Wait for the sweep to end, releasing requeued tasks from Slurm's ~120 s BeginTime hold."""
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            current = collect(str(root))
-        except SchedulerError:
-            time.sleep(1)
-            continue
-        if current.finished:
-            return
-        for t in current.trials:
-            if t.job and t.state in ("PENDING", "REQUEUED"):
-                info = cluster.jobs(t.job)
-                start = _epoch(info[0].get("StartTime", "")) if info else None
-                if info and info[0]["JobState"] == "PENDING" and start and start > time.time() + 5:
-                    cluster.run(
-                        "scontrol", "update", f"jobid={t.job}", "starttime=now+2", check=False
-                    )
-        time.sleep(1)
-    raise AssertionError(f"sweep not finished after {timeout} s: {collect(str(root)).counts}")
 
 
 def _report(root: Path, env: dict[str, str], *args: str) -> dict:
@@ -148,7 +116,7 @@ requeue: {{lead: 30}}
         "--partition=high", f"--nodelist={NODE}", "--gres=gpu:4", "--output=/dev/null",
         "--wrap", "sleep 5",
     )  # fmt: skip
-    _finish(cluster, root)
+    cluster.finish(root, timeout=480)
     cluster.wait_for_jobs([high])
     env = {"SLURMKIT_CONFIG": str(config)}
 
@@ -214,8 +182,8 @@ def test_gpu_hours_are_the_allocations_and_split_at_the_last_checkpoint(sweep, s
         [task] = slurm_cluster.jobs(f"{array}_{index}")
         last = t["attempts"][-1]
         assert (last["start"], last["end"]) == (
-            _epoch(task["StartTime"]),
-            _epoch(task["EndTime"]),
+            epoch(task["StartTime"]),
+            epoch(task["EndTime"]),
         )
     gpu = s["gpu_hours"]
     assert gpu["useful"] + gpu["lost"] == pytest.approx(total) and gpu["running"] == 0

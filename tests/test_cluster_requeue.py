@@ -10,13 +10,11 @@ import re
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import PAYLOAD, ROOT, run_cli, slurm_submit
 
-from slurmkit.errors import SchedulerError
 from slurmkit.sweepstate import collect
 
 pytestmark = pytest.mark.cluster
@@ -71,36 +69,6 @@ def training(root: str) -> bool:
     )
 
 
-def finish(cluster, root: str, timeout: float = 300) -> dict:
-    """Wait for the sweep to finish, releasing requeued tasks from Slurm's ~120 s BeginTime hold."""
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            current = collect(root)
-        except SchedulerError:
-            time.sleep(1)
-            continue
-        if current.finished:
-            return current.as_dict()
-        for t in current.trials:
-            if t.job and t.state in ("PENDING", "REQUEUED"):
-                info = cluster.jobs(t.job)
-                start = _epoch(info[0].get("StartTime", "")) if info else None
-                if info and info[0]["JobState"] == "PENDING" and start and start > time.time() + 5:
-                    cluster.run(
-                        "scontrol", "update", f"jobid={t.job}", "starttime=now+2", check=False
-                    )
-        time.sleep(1)
-    raise AssertionError(f"sweep not finished after {timeout} s: {collect(root).counts}")
-
-
-def _epoch(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
-
-
 def resumable(name: str, steps: int, step_time: float, extra: str = "") -> str:
     return f"""
 name: {name}
@@ -139,7 +107,7 @@ requeue: {lead: 30, budgets: {timeout: 10}}
         ),
     )
     root = result["sweep_dir"]
-    final = finish(slurm_cluster, root, timeout=420)
+    final = slurm_cluster.finish(root, timeout=420)
     assert final["counts"] == {"COMPLETED": 1}
     status = assert_resumed_exactly(root, reference, 450, {"timeout"})
     assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1])
@@ -160,7 +128,7 @@ def test_a_command_that_ignores_the_signal_is_not_rerun_after_a_time_limit(slurm
         "requeue: {lead: 30}\n",
     )
     root = result["sweep_dir"]
-    final = finish(slurm_cluster, root, timeout=150)
+    final = slurm_cluster.finish(root, timeout=150)
     assert final["counts"] == {"TIMEOUT": 1}, final
     status = trial_status(root)
     assert len(status["attempts"]) == 1 and status["attempts"][0]["cause"] == "timeout"
@@ -190,7 +158,7 @@ resources: {partition: low, extra: {nodelist: n4, exclusive: true}}
         "--wrap",
         "sleep 3",
     )
-    final = finish(slurm_cluster, root)
+    final = slurm_cluster.finish(root)
     assert final["counts"] == {"COMPLETED": 1}
     assert_resumed_exactly(root, reference, 200, {"preemption"})
     assert slurm_cluster.wait_for_jobs([high])[high] == "COMPLETED"
@@ -210,7 +178,7 @@ def test_node_failure_requeues_and_resumes(slurm_cluster, tmp_path, reference):
     host = trial_status(root)["attempts"][-1]["host"]
     slurm_cluster.set_node_state(host, "down")
     try:
-        final = finish(slurm_cluster, root)
+        final = slurm_cluster.finish(root)
     finally:  # ReturnToService=2 may have brought the node back already
         slurm_cluster.run("scontrol", "update", f"nodename={host}", "state=resume", check=False)
     assert final["counts"] == {"COMPLETED": 1}
@@ -230,7 +198,7 @@ def test_external_interruptions_are_handled(slurm_cluster, tmp_path, reference, 
         slurm_cluster.run("scontrol", "requeue", ref)
     else:
         slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
-    final = finish(slurm_cluster, root)
+    final = slurm_cluster.finish(root)
     assert final["counts"] == {"COMPLETED": 1}
     status = assert_resumed_exactly(root, reference, 200, {"preemption"})
     first = status["attempts"][0]
@@ -280,7 +248,7 @@ requeue: {{budgets: {{error: 2}}}}
 """,
     )
     root = result["sweep_dir"]
-    final = finish(slurm_cluster, root)
+    final = slurm_cluster.finish(root)
     status = trial_status(root)
     assert final["counts"] == {"FAILED": 1}
     assert status["state"] == "FAILED" and status["cause"] == "error"
@@ -296,7 +264,7 @@ def test_completed_trial_never_reruns_when_requeued(slurm_cluster, tmp_path):
         "requeue: {budgets: {error: 1}}\n",
     )
     root = result["sweep_dir"]
-    finish(slurm_cluster, root)
+    slurm_cluster.finish(root)
     job = trial_status(root)["attempts"][-1]
     ref = f"{job['array_job_id']}_{job['array_task_id']}"
     slurm_cluster.run("scontrol", "requeue", ref)  # Slurm runs the finished task again...
