@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, slurm_submit
 from s3server import BUCKET, SECRET, Server, env_for
-from test_cluster_requeue import RESULT_KEYS, finish, trial_status, wait_for
+from test_cluster_requeue import RESULT_KEYS, trial_status, wait_for
 
 from slurmkit.runtime.checkpoint import COMMIT, Checkpointer
 from slurmkit.runtime.checkpoint import mirror as lib
@@ -551,7 +551,7 @@ env: {{SLURMKIT_CHECKPOINT_MIRROR: "{url}"}}
     )
     shutil.rmtree(trial / "checkpoints")  # a wiped scratch
     slurm_cluster.release_requeued(task)
-    final = finish(slurm_cluster, str(root))
+    final = slurm_cluster.finish(str(root))
     assert final["counts"] == {"COMPLETED": 1}
     log = (trial / "output.log").read_text()
     stopped = re.findall(r"stopping at step (\d+)", log)

@@ -97,7 +97,6 @@ def test_a_checkpointable_function_interrupted_resumes_with_the_same_result(
     object), is requeued, resumes from the checkpoint, and returns what an uninterrupted run
     returns."""
     from submitit.helpers import Checkpointable
-    from test_cluster_requeue import finish
 
     class Count(Checkpointable):
         def __init__(self) -> None:
@@ -138,7 +137,7 @@ def test_a_checkpointable_function_interrupted_resumes_with_the_same_result(
             "--wrap",
             "sleep 3",
         )
-    final = finish(slurm_cluster, root)
+    final = slurm_cluster.finish(root)
     assert final["counts"] == {"COMPLETED": 1}
     value = sw.result(0)
     assert value["total"] == sum(range(120)) and value["attempt"] == 2
