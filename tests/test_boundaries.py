@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,36 @@ def test_help_imports_no_heavy_library():
         m
         for m in loaded
         if m.startswith(
-            ("slurmkit.spec", "slurmkit.sweep", "slurmkit.runtime", "slurmkit.backends.")
+            ("slurmkit.spec", "slurmkit.sweep", "slurmkit.runtime", "slurmkit.backends")
         )
     ]
+    assert "slurmkit.cliops" not in loaded  # the operating commands load when one runs
     assert SLURMKIT  # the console script runs the same main()
+
+
+def test_help_lists_each_operating_command_as_its_own_help_says():
+    """`slurmkit --help` lists the commands of cliops without loading them, with the short help
+    that the loaded commands give: the listing is the same before and after they load."""
+    code = textwrap.dedent("""
+        import sys
+        from slurmkit import cli
+        def listing():  # 300 columns: every first paragraph in full
+            try:
+                cli.main(["--help"], standalone_mode=False, max_content_width=300,
+                         terminal_width=300)
+            except SystemExit:
+                pass
+        listing()
+        assert "slurmkit.cliops" not in sys.modules
+        print("=====")
+        for name in cli.main.list_commands(None):
+            assert cli.main.get_command(None, name) is not None, name
+        assert sorted(cli.main.commands) == cli.main.list_commands(None)
+        listing()
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    lazy, loaded = proc.stdout.split("=====\n")
+    assert lazy == loaded
+    assert "report    " in lazy and "ONE accounting query (sacct)" in lazy
