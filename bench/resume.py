@@ -18,7 +18,10 @@ the methods in turn, the second run in reverse order:
 - ``Checkpointer.load_latest(map_location=DEVICE)``: one pass, checked as it reads;
 - the same, done as before this change: the checksum pass, then ``torch.load``;
 - ``Checkpointer.load_sharded`` into such tensors (the same DCP files, slurmkit's one-pass
-  reader).
+  reader);
+- with ``--mirror``: ``Checkpointer(EMPTY, mirror=DIR).load_latest(map_location=DEVICE)``, a
+  resume from the mirror after the fast path was wiped (the mirror a directory on the same
+  disk, written by the Checkpointer's uploader).
 
 Times run until the state is on DEVICE (``torch.cuda.synchronize``), its memory given back
 between methods. Target: ``Checkpointer.load_latest`` <= 1.1x the raw read.
@@ -156,11 +159,14 @@ class Setup:
     reads and torch.load read too) and a Checkpointer's sharded checkpoint (whose DCP directory
     DCP's own load reads too): twice the state on disk."""
 
-    def __init__(self, work: str, state: Any, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, work: str, state: Any, device: torch.device, mirror: bool) -> None:
+        self.device, self.work = device, work
         self.root = os.path.join(work, "slurmkit")
-        with Checkpointer(self.root, keep=1) as ckpt:
+        self.mirror = os.path.join(work, "mirror") if mirror else None
+        with Checkpointer(self.root, keep=1, mirror=self.mirror or False) as ckpt:
             ckpt.save(state, 1)
+            if not ckpt.wait_mirrored(3600):
+                raise SystemExit(f"the mirror upload did not end: {ckpt.mirror_status()}")
         self.sharded = os.path.join(work, "slurmkit-sharded")
         with Checkpointer(self.sharded, keep=1) as ckpt:
             ckpt.save_sharded(state, 1)
@@ -198,6 +204,18 @@ class Setup:
             ckpt._verify(1, ckpt._record(ckpt._dirname(1)))  # the checksum pass it made first
             return torch.load(self.plain, map_location=location, weights_only=False)
 
+        def from_mirror(_: Any) -> Any:
+            empty = tempfile.mkdtemp(prefix="wiped-", dir=self.work)  # the fast path, wiped
+            with Checkpointer(empty, mirror=self.mirror, mirror_wait=0) as ckpt:
+                found = ckpt.load_latest(map_location=location)
+            assert found is not None and found[0] == 1, found
+            return found
+
+        mirrored = (
+            {"  from the mirror (fast path wiped)": (files(self.mirror), from_mirror)}
+            if self.mirror
+            else {}
+        )
         return {
             "raw read: cat": ([self.plain], lambda _: cat(self.plain)),
             "raw read: python, 1 MiB buffer": ([self.plain], lambda _: py_read(self.plain)),
@@ -211,9 +229,14 @@ class Setup:
                 files(self.root),
                 lambda _: Checkpointer(self.root).load_latest(map_location=location),
             ),
+            **mirrored,
             "  as before: checksum pass + torch.load": (files(self.root), before),
             "Checkpointer.load_sharded (into them)": (files(self.sharded), sharded),
+            SHARDED_RAW: (files(self.dcp), lambda _: [cat(p) for p in files(self.dcp)]),
         }
+
+
+SHARDED_RAW = "  raw read of its files: cat"  # load_sharded's own baseline
 
 
 def timed(paths: list[str], method: Callable[[Any], Any], setup: Setup, name: str) -> float:
@@ -233,8 +256,12 @@ def timed(paths: list[str], method: Callable[[Any], Any], setup: Setup, name: st
     return elapsed
 
 
-def resume_table(setup: Setup, runs: int) -> None:
-    methods = setup.methods()
+def resume_table(setup: Setup, runs: int, skip: list[str]) -> None:
+    methods = {
+        name: how
+        for name, how in setup.methods().items()
+        if "raw read:" in name or not any(word in name for word in skip)
+    }
     times: dict[str, list[float]] = {name: [] for name in methods}
     bases: list[float] = []
     warm = []
@@ -265,7 +292,13 @@ def resume_table(setup: Setup, runs: int) -> None:
             f"{name:44} {' / '.join(f'{v:6.2f} s' for v in values):>22} "
             f"{' / '.join(f'{r:5.2f}x' for r in ratios):>24}"
         )
-    print("target: Checkpointer.load_latest <= 1.10x the raw read")
+    sharded = [
+        v / b
+        for v, b in zip(times.get("Checkpointer.load_sharded (into them)", []), times[SHARDED_RAW])
+    ]
+    shown = " / ".join(f"{r:.2f}x" for r in sharded)
+    print(f"load_sharded against the raw read of its files: {shown}")
+    print("target: load_latest, from the fast path and the mirror, and load_sharded <= 1.10x")
 
 
 def first_save(
@@ -337,6 +370,10 @@ def main(argv: list[str] | None = None, defaults: dict[str, Any] | None = None) 
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--first-save", action="store_true", help="also: the first save's block")
     ap.add_argument("--no-resume", action="store_true", help="skip the resume table")
+    ap.add_argument("--mirror", action="store_true", help="also: a resume from the mirror")
+    ap.add_argument(
+        "--skip", action="append", default=[], help="leave out the methods naming this (repeat)"
+    )
     ap.set_defaults(**(defaults or {}))
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -366,8 +403,8 @@ def main(argv: list[str] | None = None, defaults: dict[str, Any] | None = None) 
             flush=True,
         )
         if not args.no_resume:
-            setup = Setup(work, state(), device)
-            resume_table(setup, args.runs)
+            setup = Setup(work, state(), device, args.mirror)
+            resume_table(setup, args.runs, args.skip)
             del setup
         if args.first_save:
             first_save(state, device, work, args.runs, train)
