@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, attempts
+from slurm_fixtures import FINAL_STATES
 from submitit.core.utils import FailedJobError
 
 import slurmkit
@@ -132,7 +133,13 @@ def test_a_job_killed_without_a_result_and_no_accounting_raises_at_once(
     while slurm_cluster.jobs(job.job_id)[0]["JobState"] != "RUNNING":
         assert time.monotonic() < deadline, "the job did not start"
         time.sleep(0.3)
-    slurm_cluster.run("scancel", "--batch", "--signal=KILL", job.job_id)
+    # RUNNING comes before the batch shell exists: a KILL sent then finds no process, so it is
+    # sent again until the job ends (more KILLs change nothing for a killed shell)
+    for _ in range(30):
+        slurm_cluster.run("scancel", "--batch", "--signal=KILL", job.job_id, check=False)
+        if slurm_cluster.jobs(job.job_id)[0]["JobState"] in FINAL_STATES:
+            break
+        time.sleep(2)
     ended = slurm_cluster.wait_for_jobs([job.job_id], timeout=60)[job.job_id]
     assert not job.paths.result_pickle.exists()
     log, bin_dir = tmp_path / "calls.log", tmp_path / "bin"
