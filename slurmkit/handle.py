@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from .steer import Cancelled
     from .sweepstate import SweepStatus
 
-DEFAULT_INTERVAL = 10.0  # seconds between two scheduler queries of wait()
-
 
 def submit_reported(
     spec: SweepSpec,
@@ -175,12 +173,16 @@ class Sweep:
             ) from None
         return pd.DataFrame(rows, columns=columns)
 
-    def wait(self, progress: bool = True, interval: float = DEFAULT_INTERVAL) -> SweepStatus:
-        """Until every trial has ended (one scheduler query per ``interval`` seconds); with
-        ``progress``, a progress bar (rich draws it in notebooks too)."""
+    def wait(self, progress: bool = True, interval: float | None = None) -> SweepStatus:
+        """Until every trial has ended (one scheduler query per ``interval`` seconds; default
+        ``SLURMKIT_POLL_INTERVAL``, else 10, at least 1); with ``progress``, a progress bar
+        (rich draws it in notebooks too)."""
+        from .backends import pollcache
         from .sweepstate import collect
         from .sweepstate import wait as until_done
 
+        if interval is None:
+            interval = max(1.0, pollcache.interval())
         if not (interval > 0):
             raise UserError(f"interval must be > 0 seconds, not {interval!r}", key="interval")
         root = self.sweep_dir
