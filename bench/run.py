@@ -11,6 +11,8 @@ map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slu
 map_array of the same; slurmkit.executor's map_array(1000) <= 1.2x submitit's; `slurmkit stage`
 of 1,000 small files from a local S3 server no slower than fsspec's `fs.get(recursive=True)`,
 at most one GET per object (plus one LIST per 1,000 keys), and no GET over a complete DST;
+`slurmkit stage` of large files (3 x 256 MiB) at least 90% of the better of `fs.get` and the AWS
+CLI's `aws s3 cp --recursive`;
 `slurmkit report` of 10,000 accounted array tasks <= 2 s with one sacct query.
 """
 
@@ -347,15 +349,11 @@ def _requests(log: Path, since: int) -> tuple[int, int, int]:
     return gets, lists, len(lines)
 
 
-def bench_stage(repeat: int, n: int = 1000) -> None:
-    """`slurmkit stage` of n small files from a local S3 server against fsspec's plain
-    `fs.get(src, dst, recursive=True)` of the same (both fresh processes, same server, same
-    run), the GETs counted on the server; then a rerun over the complete DST."""
-    repeat = min(repeat, 3)
-    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
-    server, url, log = _s3_server(tmp)
+def _s3_env(tmp: Path, url: str) -> dict[str, str]:
+    """This environment less any AWS_ setting, plus made-up credentials and the local server:
+    no real AWS account is asked."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {
+    return env | {
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench-secret",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -364,6 +362,16 @@ def bench_stage(repeat: int, n: int = 1000) -> None:
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "none"),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
+
+
+def bench_stage(repeat: int, n: int = 1000) -> None:
+    """`slurmkit stage` of n small files from a local S3 server against fsspec's plain
+    `fs.get(src, dst, recursive=True)` of the same (both fresh processes, same server, same
+    run), the GETs counted on the server; then a rerun over the complete DST."""
+    repeat = min(repeat, 3)
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    server, url, log = _s3_server(tmp)
+    env = _s3_env(tmp, url)
     try:
         upload = (
             "import os, random, s3fs\n"
@@ -399,6 +407,91 @@ def bench_stage(repeat: int, n: int = 1000) -> None:
         row("stage again, DST complete", again, ours, "the first stage", "no GET")
         print(
             f"{'  requests per rerun':<34} {gets / repeat:.0f} GETs, {lists / repeat:.0f} LIST(s)"
+        )
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def bench_stage_large(repeat: int, n: int = 3, mib: int = 256) -> None:
+    """`slurmkit stage` of n large files (mib MiB of random bytes each, one PUT each, so their
+    ETags are MD5s that stage checks) from a local S3 server against the better of fsspec's
+    `fs.get(src, dst, recursive=True)` and the AWS CLI's `aws s3 cp --recursive` (each a fresh
+    process, same server, same run, the order turned round each round); the GETs each one sent
+    per object counted on the server. Each DST is removed and the page cache's dirty pages
+    written back (os.sync) between runs, outside the timing."""
+    aws = Path(PY).parent / "aws"
+    if not aws.exists():
+        raise SystemExit(
+            f"bench: stage-large needs the AWS CLI beside {PY}: pip install -c constraints.txt "
+            "awscli (the dev extra has it)"
+        )
+    repeat = min(repeat, 5)
+    tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
+    server, url, log = _s3_server(tmp)
+    env = _s3_env(tmp, url)
+    try:
+        upload = (
+            "import os, s3fs\n"
+            "fs = s3fs.S3FileSystem(); fs.mkdir('bench')\n"
+            f"for i in range({n}):\n"
+            f"    fs.pipe_file(f'bench/large/f{{i}}.bin', os.urandom({mib} << 20), "
+            "chunksize=1 << 31)\n"
+        )
+        run([PY, "-c", upload], env=env)
+        get = (
+            "import s3fs, sys; s3fs.S3FileSystem().get('bench/large', sys.argv[1], recursive=True)"
+        )
+        sides: dict[str, Callable[[Path], object]] = {
+            "slurmkit stage": lambda d: run(
+                [*SLURMKIT, "stage", "s3://bench/large", str(d)], env=env
+            ),
+            "fs.get(recursive=True)": lambda d: run([PY, "-c", get, str(d)], env=env),
+            "aws s3 cp --recursive": lambda d: run(
+                [str(aws), "s3", "cp", "--recursive", "--only-show-errors", "s3://bench/large",
+                 str(d), "--endpoint-url", url],
+                env=env,
+            ),
+        }  # fmt: skip
+        if BEFORE is not None:
+            sides["slurmkit stage, before"] = lambda d: run(
+                [*SLURMKIT, "stage", "s3://bench/large", str(d)],
+                env=tree_env(BEFORE, env),
+                cwd=NEUTRAL,
+            )
+        names = list(sides)
+        load = os.getloadavg()[0]
+        times: dict[str, list[float]] = {name: [] for name in names}
+        gets: dict[str, list[int]] = {name: [] for name in names}
+        for i in range(repeat):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                dst = tmp / "dst"
+                mark = _requests(log, 0)[2]
+                times[name] += timed(lambda d=dst, name=name: sides[name](d), 1)
+                gets[name].append(_requests(log, mark)[0])
+                sizes = sorted(p.stat().st_size for p in dst.rglob("*.bin"))
+                if sizes != [mib << 20] * n:
+                    raise SystemExit(f"bench: {name} left {sizes} at {dst}")
+                shutil.rmtree(dst)
+                os.sync()
+        best = min(names[1:3], key=lambda name: statistics.median(times[name]))
+        for name in names:
+            rate = n * mib / statistics.median(times[name])
+            label = f"{name}, {n} x {mib} MiB ({rate:.0f} MiB/s)"
+            if name == names[0]:
+                row(label, times[name], times[best], best, ">= 90% of the better (<= 1.11x)")
+            elif name in names[1:3]:
+                row(label, times[name], None, "", "(baseline)")
+            else:
+                row(label, times[name], None, "", "(the slurmkit of --before)")
+                row("  slurmkit stage against it", times[names[0]], times[name], name, "no slower")
+        for name in names:
+            per = statistics.median(gets[name]) / n
+            print(f"{'  GETs per object':<34} {per:g} ({name})")
+        after = os.getloadavg()[0]
+        print(
+            f"{'  load average':<34} {load:.1f} before, {after:.1f} after, {os.cpu_count()} cores"
         )
     finally:
         server.terminate()
@@ -540,6 +633,7 @@ BENCHES = {
     "lock": bench_lock,
     "notebook": bench_notebook,
     "stage": bench_stage,
+    "stage-large": bench_stage_large,
     "doctor": bench_doctor,
     "report": bench_report,
 }

@@ -65,7 +65,8 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
     default=16,
     show_default=True,
     metavar="MIB",
-    help="Files larger than this are fetched in ranged parts of this size.",
+    help="Files larger than this are fetched in ranged parts, of at least this size (their "
+    "bytes shared among --jobs, up to 64 MiB a part).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
 @_guard

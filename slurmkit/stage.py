@@ -42,7 +42,10 @@ from .errors import UserError
 MANIFEST = ".slurmkit-manifest.json"
 PART = ".slurmkit-part-"  # in the name of a file still being written
 FORMAT = 1
-PART_SIZE = 16 << 20  # bytes per ranged GET; smaller files are fetched whole, in batches
+PART_SIZE = 16 << 20  # smaller files are fetched whole, in batches; larger ones in ranged parts
+MAX_PART = 64 << 20  # of at most this size (see part_bytes)
+STREAM_CHUNK = 1 << 20  # bytes of a ranged GET's body written at a time
+READ_BACK = 8 << 20  # bytes of a part read back at a time for its file's MD5
 BATCH_FILES = 32  # small files per batch
 JOBS = 16
 # URL scheme -> fsspec protocol; no scheme: a local path
@@ -669,6 +672,7 @@ class _Copy:
     ) -> None:
         self.fs, self.protocol, self.work, self.listing = fs, protocol, work, listing
         self.jobs, self.part_size, self.reporter, self.result = jobs, part_size, reporter, result
+        self.part_bytes = part_size  # of this run's ranged parts: part_bytes()
         self.errors: list[str] = []
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -697,6 +701,7 @@ class _Copy:
                     todo.large += extra.large
                     todo.whole += extra.whole
                 self.result.skipped = len(self.listing) - len(todo.fetch)
+                self.part_bytes = part_bytes(todo.large, self.jobs, self.part_size)
                 self.reporter.start(sum(e.size or 0 for e in todo.fetch), len(todo.fetch))
                 window = threading.BoundedSemaphore(2 * self.jobs)
                 futures: list[Future[None]] = []
@@ -845,40 +850,64 @@ class _Copy:
         self.reporter.advance(size)
 
     def _large(self, e: Entry, submit: Callable[..., bool]) -> None:
-        """Fetch one large file in ranged parts on the pool (the last part to land finishes
-        it): each part is written at its offset, its CRC combined, the MD5 fed in order."""
+        """Fetch one large file in ranged parts on the pool (the thread that settles it last
+        finishes it): each part streamed to its offset as it arrives, its CRC summed on the
+        way; the MD5 fed in order, each part read back once the parts before it are in."""
         from .runtime.crc import join  # CRC-32 of parts, combined
 
         assert e.size is not None
-        size, ranges = e.size, parts(e.size, self.part_size)
+        size, ranges = e.size, parts(e.size, self.part_bytes)
         path, tmp = self._target(e)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.ftruncate(fd, size)
         crcs = [0] * len(ranges)
-        pending: dict[int, bytes] = {}
+        written: set[int] = set()  # parts on disk, not yet fed to the MD5
         digest = hashlib.md5(usedforsecurity=False) if e.md5 else None
-        state = {"left": len(ranges), "next": 0, "bad": False}
+        state = {"left": len(ranges), "next": 0, "bad": False, "hashing": False, "closed": False}
         guard = threading.Lock()
 
-        def settle(index: int | None, ok: bool, got: bytes = b"") -> bool:
-            """Count one part in (its bytes fed to the MD5); True for the last good one."""
+        def settle(index: int | None, ok: bool) -> bool:
+            """Count one part in, feed the MD5 what is in order (one thread at a time, outside
+            the guard); True for the thread that finds the file whole and hashed: it closes it
+            and finishes it. A thread that leaves with work undone leaves it to the one doing
+            it (every change is followed by its own thread's look at what is left)."""
             with guard:
-                if not ok:
-                    state["bad"] = True
-                elif digest is not None and index is not None:
-                    pending[index] = got
-                    while state["next"] in pending:
-                        digest.update(pending.pop(state["next"]))
-                        state["next"] += 1
                 state["left"] -= 1
-                if state["left"] > 0:
-                    return False
-                os.close(fd)
-                if state["bad"]:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(tmp)
-                    return False
-                return True
+                if ok and index is not None:
+                    written.add(index)
+                else:
+                    state["bad"] = True
+            failed: BaseException | None = None
+            while digest is not None:
+                with guard:
+                    if state["hashing"] or state["bad"] or state["next"] not in written:
+                        break
+                    state["hashing"] = True
+                    nxt = state["next"]
+                try:
+                    _digest_range(fd, digest, *ranges[nxt])
+                except OSError as exc:
+                    failed = exc
+                with guard:
+                    written.discard(nxt)
+                    state["next"] += 1
+                    state["hashing"] = False
+                    state["bad"] = state["bad"] or failed is not None
+            with guard:
+                # a part still to be hashed is hashed by the thread that wrote it or that
+                # hashes now, and that one comes here after
+                hashed = state["bad"] or digest is None or state["next"] == len(ranges)
+                last = hashed and not (state["left"] or state["hashing"] or state["closed"])
+                if last:
+                    state["closed"] = True
+                    os.close(fd)
+                    if state["bad"]:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(tmp)
+                whole = bool(last and not state["bad"])
+            if failed is not None:
+                raise _Failed(f"{self._where(e)}: cannot read back {tmp}: {_said(failed)}")
+            return whole
 
         def part(index: int) -> None:
             start, end = ranges[index]
@@ -886,13 +915,7 @@ class _Copy:
                 if self.stop.is_set():
                     settle(index, False)
                     return
-                got = self.fs.cat_file(e.url, start=start, end=end)
-                if len(got) != end - start:
-                    raise _Failed(
-                        f"{self._where(e)}: bytes {start}-{end} came back as {len(got)} bytes"
-                    )
-                os.pwrite(fd, got, start)
-                crcs[index] = zlib.crc32(got)
+                crcs[index] = self._fetch_range(e, start, end, fd)
             except FileNotFoundError:
                 settle(index, False)
                 raise _Failed(
@@ -904,8 +927,8 @@ class _Copy:
             except Exception as exc:
                 settle(index, False)
                 raise _Failed(f"{self._where(e)}: copy failed: {_said(exc)}") from None
-            self.reporter.advance(len(got))
-            if settle(index, True, got):
+            self.reporter.advance(end - start)
+            if settle(index, True):
                 try:
                     self._check(e, size, digest.hexdigest() if digest else None)
                     crc = join(0, zip(crcs, (b - a for a, b in ranges)))
@@ -920,6 +943,84 @@ class _Copy:
                 for _ in range(index, len(ranges)):
                     settle(None, False)
                 return
+
+    def _fetch_range(self, e: Entry, start: int, end: int, fd: int) -> int:
+        """Bytes ``[start, end)`` of ``e`` written at their offset in ``fd``: their CRC-32.
+        On S3, streamed to disk as they arrive (memory: a read buffer, whatever the part
+        size); elsewhere, read whole and written."""
+        if self.protocol == "s3" and hasattr(self.fs, "_call_s3"):
+            return _s3_range(self.fs, e.url, start, end, fd, self._where(e))
+        got = self.fs.cat_file(e.url, start=start, end=end)
+        if len(got) != end - start:
+            raise _Failed(f"{self._where(e)}: bytes {start}-{end} came back as {len(got)} bytes")
+        os.pwrite(fd, got, start)
+        return zlib.crc32(got)
+
+
+def part_bytes(large: Sequence[Entry], jobs: int, part_size: int) -> int:
+    """The size of the ranged parts of this run's large files: their bytes shared among the
+    ``jobs`` threads (one part each, so every thread has one and no more requests are made
+    than the threads can send at once), at least ``part_size``, at most ``MAX_PART`` (or
+    ``part_size`` where that is larger), in whole MiB."""
+    total = sum(e.size or 0 for e in large)
+    share = -(-total // max(1, jobs))
+    share = -(-share // (1 << 20)) << 20
+    return max(part_size, min(share, MAX_PART))
+
+
+def _digest_range(fd: int, digest: Any, start: int, end: int) -> None:
+    """Feed ``digest`` bytes ``[start, end)`` of ``fd``, read back (from the page cache: the
+    part was just written) into one reused buffer."""
+    buf = bytearray(min(READ_BACK, end - start))
+    view = memoryview(buf)
+    while start < end:
+        n = os.preadv(fd, [view[: min(len(buf), end - start)]], start)
+        if n <= 0:
+            raise OSError(f"short read at {start}")
+        digest.update(view[:n])
+        start += n
+
+
+def _s3_range(fs: Any, url: str, start: int, end: int, fd: int, where: str) -> int:
+    """One ranged GET of ``url`` on s3fs's event loop, its body written to ``fd`` as it
+    arrives: the CRC-32 of ``[start, end)``. A read cut short is asked again from where it
+    stopped (s3fs's retries); a response of another length is an error."""
+    import asyncio
+
+    from fsspec.asyn import sync
+    from s3fs.core import S3_RETRYABLE_ERRORS
+
+    bucket, key, version = fs.split_path(url)
+    extra = {"VersionId": version} if version else {}
+
+    async def fetch() -> int:
+        pos, crc, tries = start, 0, 0
+        while True:
+            resp = await fs._call_s3(
+                "get_object", Bucket=bucket, Key=key, Range=f"bytes={pos}-{end - 1}", **extra
+            )
+            body = resp["Body"]
+            try:
+                length = resp.get("ContentLength")
+                if length is not None and length != end - pos:
+                    raise _Failed(f"{where}: bytes {pos}-{end} came back as {length} bytes")
+                while pos < end:
+                    chunk = await body.read(min(STREAM_CHUNK, end - pos))
+                    if not chunk:
+                        raise _Failed(f"{where}: bytes {pos}-{end} ended early")
+                    os.pwrite(fd, chunk, pos)
+                    crc = zlib.crc32(chunk, crc)
+                    pos += len(chunk)
+                return crc
+            except S3_RETRYABLE_ERRORS:
+                tries += 1
+                if tries >= max(1, fs.retries):
+                    raise
+                await asyncio.sleep(min(1.7**tries * 0.1, 15))
+            finally:
+                body.close()
+
+    return int(sync(fs.loop, fetch))
 
 
 def _ranges_ok(fs: Any, protocol: str, url: str) -> bool:

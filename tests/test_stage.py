@@ -123,6 +123,63 @@ def test_plan_skips_journaled_files_rechecks_unjournaled_ones_and_batches_the_re
     assert [x.path for x in plain.whole] == ["big", "unknown"] and not plain.large
 
 
+def test_part_bytes_share_the_large_files_among_the_threads():
+    big = [lib.Entry(f"f{i}", f"b/f{i}", 256 << 20) for i in range(3)]
+    assert lib.part_bytes(big, 16, 16 << 20) == 48 << 20  # one part per thread
+    assert lib.part_bytes(big[:1], 16, 16 << 20) == 16 << 20  # never below --part-size
+    assert lib.part_bytes(big, 64, 16 << 20) == 16 << 20  # more threads: still --part-size
+    assert lib.part_bytes(big, 20, 1 << 20) == 39 << 20  # 38.4 MiB, in whole MiB
+    assert lib.part_bytes(big * 10, 16, 16 << 20) == lib.MAX_PART
+    assert lib.part_bytes(big * 10, 16, 128 << 20) == 128 << 20  # a larger --part-size holds
+    assert lib.part_bytes([], 16, 16 << 20) == 16 << 20
+
+
+def test_a_streamed_part_cut_short_is_asked_again_from_where_it_stopped(tmp_path):
+    """s3fs's ranged GET streamed to disk: the connection drops halfway once; the part is
+    asked again for its remaining bytes only, and its CRC covers the whole part."""
+    from aiohttp import ClientPayloadError
+    from fsspec.asyn import get_loop
+
+    data = random.Random(3).randbytes(5 << 20)
+    asked: list[str] = []
+
+    class Body:
+        def __init__(self, chunk: bytes, cut: bool) -> None:
+            self.chunk, self.cut, self.sent = chunk, cut, 0
+
+        async def read(self, n: int) -> bytes:
+            if self.cut and self.sent >= len(self.chunk) // 2:
+                raise ClientPayloadError("connection lost")
+            out = self.chunk[self.sent : self.sent + min(n, 100_000)]
+            self.sent += len(out)
+            return out
+
+        def close(self) -> None:
+            pass
+
+    class FS:
+        loop, retries = get_loop(), 3
+
+        def split_path(self, url: str) -> tuple[str, str, None]:
+            return "b", url, None
+
+        async def _call_s3(self, method: str, **kw: str) -> dict:
+            asked.append(kw["Range"])
+            a, b = map(int, kw["Range"].split("=")[1].split("-"))
+            return {"Body": Body(data[a : b + 1], cut=len(asked) == 1), "ContentLength": b + 1 - a}
+
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    os.ftruncate(fd, len(data))
+    try:
+        crc = lib._s3_range(FS(), "k", 1 << 20, 5 << 20, fd, "s3://b/k")
+    finally:
+        os.close(fd)
+    assert crc == zlib.crc32(data[1 << 20 :])
+    assert (tmp_path / "f").read_bytes()[1 << 20 :] == data[1 << 20 :]
+    cut = (1 << 20) + 2_100_000  # half the part, in whole reads of 100,000 bytes
+    assert asked == [f"bytes={1 << 20}-{(5 << 20) - 1}", f"bytes={cut}-{(5 << 20) - 1}"]
+
+
 def test_urls_are_checked_and_shown_without_credentials():
     assert lib.public("https://user:pw@host/a/b?X-Amz-Signature=abc#f") == "https://host/a/b"
     assert lib.public("s3://bucket/key") == "s3://bucket/key"
