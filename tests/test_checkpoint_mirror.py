@@ -33,8 +33,8 @@ BLOCK = 5 << 20  # larger files go to S3 in multipart uploads (s3fs's smallest p
 
 
 class Flaky(Server):
-    """The test server, able to refuse chosen writes (403, which botocore does not retry) and to
-    hold chosen requests until released."""
+    """The test server, able (through its fault proxy: the `faults` fixture) to refuse chosen
+    writes (403, which botocore does not retry) and to hold chosen requests until released."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,25 +43,15 @@ class Flaky(Server):
         self.released = threading.Event()
         self.released.set()
 
-    def wsgi(self, environ, start_response):
-        key = environ.get("PATH_INFO", "").lstrip("/").partition("/")[2]
-        if any(key.startswith(p) for p in self.held):
+    def intercept(self, method: str, key: str) -> tuple[int, bytes] | None:
+        if any(key.startswith(p) for p in list(self.held)):
             assert self.released.wait(60)
-        if environ["REQUEST_METHOD"] in ("PUT", "POST"):
-            for pattern, left in self.refuse.items():
+        if method in ("PUT", "POST"):
+            for pattern, left in list(self.refuse.items()):
                 if re.match(pattern, key) and left > 0:
                     self.refuse[pattern] = left - 1
-                    self.log.append((environ["REQUEST_METHOD"], key, "refused", None))
-                    start_response("403 Forbidden", [("Content-Type", "application/xml")])
-                    return [b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>"]
-        return super().wsgi(environ, start_response)
-
-    def keys(self, prefix: str) -> dict[str, bytes]:
-        bucket = self.backend().get_bucket(BUCKET)
-        return {k: bucket.keys[k].value for k in list(bucket.keys.keys()) if k.startswith(prefix)}
-
-    def open_uploads(self) -> int:
-        return len(self.backend().get_bucket(BUCKET).multiparts)
+                    return 403, b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
+        return super().intercept(method, key)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +62,7 @@ def s3(tmp_path_factory):
     import s3fs
 
     server = Flaky()
-    server.backend().create_bucket(BUCKET, "us-east-1")
+    server.create_bucket(BUCKET)
     env = env_for(server, tmp_path_factory.mktemp("aws"))
     with pytest.MonkeyPatch.context() as mp:
         for name in [k for k in os.environ if k.startswith("AWS_")]:
@@ -85,7 +75,20 @@ def s3(tmp_path_factory):
         s3fs.S3FileSystem.clear_instance_cache()
         yield server
     s3fs.S3FileSystem.clear_instance_cache()
-    server.server.shutdown()
+    server.close()
+
+
+@pytest.fixture
+def faults(s3, monkeypatch):
+    """This test's requests (its children's too) go through the fault proxy: ``s3.corrupt``,
+    ``gone``, ``refuse``, ``held``."""
+    import s3fs
+
+    with s3.faults():
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
+        s3fs.S3FileSystem.clear_instance_cache()
+        yield
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture
@@ -219,7 +222,7 @@ def test_saves_are_mirrored_whole_with_their_own_retention(s3, url, tmp_path):
     assert s3.open_uploads() == 0
 
 
-def test_save_never_waits_for_the_mirror(s3, url, tmp_path):
+def test_save_never_waits_for_the_mirror(s3, faults, url, tmp_path):
     """With every request to the mirror held, saves commit on the fast path and return; the
     newest checkpoint is uploaded once the store answers, the ones in between superseded."""
     prefix = url.split("/", 3)[3] + "/"
@@ -247,7 +250,7 @@ def test_save_never_waits_for_the_mirror(s3, url, tmp_path):
 
 
 def test_upload_failures_are_retried_with_backoff_and_reported(
-    s3, url, tmp_path, capfd, fast_backoff
+    s3, faults, url, tmp_path, capfd, fast_backoff
 ):
     prefix = url.split("/", 3)[3] + "/"
     s3.refuse[prefix] = 10**6  # refused until further notice (the prefix: a plain pattern)
@@ -285,7 +288,7 @@ def test_upload_failures_are_retried_with_backoff_and_reported(
 
 
 def test_close_waits_for_the_mirror_no_longer_than_mirror_wait(
-    s3, url, tmp_path, capfd, fast_backoff
+    s3, faults, url, tmp_path, capfd, fast_backoff
 ):
     prefix = url.split("/", 3)[3] + "/"
     s3.refuse[prefix] = 10**6
@@ -302,7 +305,7 @@ def test_close_waits_for_the_mirror_no_longer_than_mirror_wait(
     assert ck.load_latest() == (1, state(1))  # still on the fast path
 
 
-def test_a_failure_that_retrying_cannot_fix_is_reported_once(s3, url, tmp_path, capfd):
+def test_a_failure_that_retrying_cannot_fix_is_reported_once(s3, faults, url, tmp_path, capfd):
     """A fast-path copy damaged before its upload: no commit record reaches the mirror."""
     prefix = url.split("/", 3)[3] + "/"
     s3.held.add(prefix)
@@ -327,7 +330,7 @@ def test_a_failure_that_retrying_cannot_fix_is_reported_once(s3, url, tmp_path, 
     assert s3.keys(prefix) == {} and s3.open_uploads() == 0
 
 
-def test_restores_the_newest_copy_valid_on_either_tier(s3, url, tmp_path, recwarn, capfd):
+def test_restores_the_newest_copy_valid_on_either_tier(s3, faults, url, tmp_path, recwarn, capfd):
     fast, prefix = tmp_path / "fast", url.split("/", 3)[3] + "/"
     with Checkpointer(fast, keep=10, mirror=url, mirror_keep=10) as ck:
         for step in (1, 2, 3, 4):
@@ -357,7 +360,7 @@ def test_restores_the_newest_copy_valid_on_either_tier(s3, url, tmp_path, recwar
     assert any("skipping step 4 (mirror)" in str(w.message) for w in recwarn)
     shutil.rmtree(fast)  # a wiped scratch, a fresh cluster
     assert latest() == (4, state(4))
-    s3.backend().delete_object(BUCKET, f"{prefix}step-000000000004/{COMMIT}")  # cut short
+    s3.delete(f"{prefix}step-000000000004/{COMMIT}")  # cut short
     recwarn.clear()
     assert latest() == (3, state(3))
     assert not [w for w in recwarn if "step 4" in str(w.message)]  # no checkpoint, no warning
@@ -473,7 +476,7 @@ while True:
 
 
 @pytest.mark.slow
-def test_kill_9_midway_leaves_only_whole_checkpoints_on_the_mirror(s3, url, tmp_path):
+def test_kill_9_midway_leaves_only_whole_checkpoints_on_the_mirror(s3, faults, url, tmp_path):
     """The uploader (and its process) killed at random points: every commit record on the
     mirror stands beside its whole data, and a restore from the mirror alone always works."""
     kills = int(os.environ.get("SLURMKIT_MIRROR_KILLS", "10"))

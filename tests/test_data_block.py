@@ -47,9 +47,16 @@ with open(out, "w") as fh:
 @pytest.fixture(scope="module")
 def s3():
     server = Server()
-    server.backend().create_bucket(BUCKET, "us-east-1")
+    server.create_bucket(BUCKET)
     yield server
-    server.server.shutdown()
+    server.close()
+
+
+@pytest.fixture
+def faults(s3):
+    """This test's requests go through the fault proxy (``s3.gone``)."""
+    with s3.faults():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -564,7 +571,9 @@ output_root: {tmp_path}/runs
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_a_stage_job_that_fails_cancels_the_arrays_before_they_start(slurm_cluster, tmp_path, s3):
+def test_a_stage_job_that_fails_cancels_the_arrays_before_they_start(
+    slurm_cluster, tmp_path, s3, faults
+):
     """A source the login node sees but the stager cannot fetch (listed, then gone): the stage
     job names the object and fails, and the array is cancelled without ever running."""
     env = cluster_env(s3, tmp_path)

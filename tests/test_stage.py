@@ -1,7 +1,7 @@
-"""`slurmkit stage` against a real S3 endpoint: moto's server on 127.0.0.1 (the app that
-`moto_server` and `ThreadedMotoServer` serve), reached through s3fs from a real `slurmkit`
-process. The server runs in this process, behind a WSGI layer that logs every request (so GETs
-are counted where they arrive) and can damage or drop chosen objects on their way out."""
+"""`slurmkit stage` against a real S3 endpoint: moto's standalone server on 127.0.0.1, reached
+through s3fs from a real `slurmkit` process. GETs are counted where they arrive, from the
+server's request log; the tests that damage or drop chosen objects on their way out go through
+a fault proxy (the `faults` fixture; see tests/s3server.py)."""
 
 from __future__ import annotations
 
@@ -30,9 +30,16 @@ SMALL = 1000
 @pytest.fixture(scope="module")
 def s3():
     server = Server()
-    server.backend().create_bucket(BUCKET, "us-east-1")
+    server.create_bucket(BUCKET)
     yield server
-    server.server.shutdown()
+    server.close()
+
+
+@pytest.fixture
+def faults(s3):
+    """This test's requests go through the fault proxy (``s3.corrupt``, ``s3.gone``)."""
+    with s3.faults():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +376,7 @@ def test_two_concurrent_stagers_fetch_each_object_once(s3, dataset, tmp_path):
     assert_no_secret([text for pair in done for text in pair], tmp_path)
 
 
-def test_a_corrupted_object_is_an_error_that_names_it(s3, tmp_path):
+def test_a_corrupted_object_is_an_error_that_names_it(s3, faults, tmp_path):
     env, outputs = env_for(s3, tmp_path), []
     rng = random.Random(5)
     small = {"ok1.bin": rng.randbytes(100), "bad.bin": rng.randbytes(300), "ok2.bin": b"x"}
@@ -396,7 +403,7 @@ def test_a_corrupted_object_is_an_error_that_names_it(s3, tmp_path):
     assert_no_secret(outputs, tmp_path)
 
 
-def test_a_missing_object_is_an_error_that_names_it(s3, tmp_path):
+def test_a_missing_object_is_an_error_that_names_it(s3, faults, tmp_path):
     env, outputs = env_for(s3, tmp_path), []
     s3.put("gone/a.bin", b"a" * 10)
     s3.put("gone/b.bin", b"b" * 10)
