@@ -24,6 +24,15 @@ PAYLOAD = ROOT / "tests" / "payloads" / "trial.py"
 SLURMKIT = [sys.executable, "-m", "slurmkit.cli"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test`: -n 2 --dist loadgroup), the tests that use the test
+    cluster run one after another on one worker (they place, preempt and count jobs on its
+    four nodes), while the other worker runs the rest."""
+    for item in items:
+        if item.get_closest_marker("cluster") or item.get_closest_marker("auto_backend"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def run_cli(
     *args: str, cwd: str | os.PathLike | None = None, env: dict | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -2,7 +2,8 @@
 own on a free loopback port, started by ``tests/s3/up.sh``. ``make test`` starts one before
 pytest and stops it after, and hands it over in ``SLURMKIT_TEST_S3_URL`` and
 ``SLURMKIT_TEST_S3_LOG`` (its request log); without them (``pytest tests/test_stage.py`` alone),
-the first ``Server()`` starts one the same way for this process, stopped at its exit. Jobs on
+or in a second pytest-xdist worker, the first ``Server()`` starts one the same way for this
+process, stopped at its exit. Jobs on
 the test cluster reach it on 127.0.0.1 like any other process here.
 
 Requests are counted where they arrive: from the server's request log (``tests/s3/serve.py``:
@@ -47,7 +48,9 @@ _started: dict[str, str] = {}  # the server this process started, when make test
 def endpoint() -> tuple[str, Path]:
     """The S3 server's URL and request log: make test's, else one started for this process."""
     url, log = os.environ.get("SLURMKIT_TEST_S3_URL"), os.environ.get("SLURMKIT_TEST_S3_LOG")
-    if url or log:
+    # Under pytest-xdist (make test: -n 2), the second worker starts its own: a Server() resets
+    # its server's state and counts its log, which two workers' tests cannot share.
+    if (url or log) and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
         assert url and log, "set both SLURMKIT_TEST_S3_URL and SLURMKIT_TEST_S3_LOG, or neither"
         return url, Path(log)
     if not _started:
