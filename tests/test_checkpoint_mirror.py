@@ -488,7 +488,11 @@ def test_kill_9_midway_leaves_only_whole_checkpoints_on_the_mirror(s3, faults, u
     phases = {"data without its record": 0, "a multipart upload open": 0}
     newest, uploads = -1, s3.open_uploads()
     commits = f"{re.escape(prefix)}.*/{re.escape(COMMIT)}$"
-    for i in range(kills):
+    # at least `kills` kills, and more (up to 4x) until both phases were hit: where a random
+    # kill lands is timing, and a loaded machine shifts it
+    done = 0
+    while done < kills or (not all(phases.values()) and done < 4 * kills):
+        i, done = done, done + 1
         s3.refuse[commits] = 10**6 if i % 3 == 2 else 0  # now and then, after the data
         child = subprocess.Popen(
             [sys.executable, str(script), str(tmp_path / "fast"), url],
@@ -513,7 +517,7 @@ def test_kill_9_midway_leaves_only_whole_checkpoints_on_the_mirror(s3, faults, u
             found = Checkpointer(tmp_path / "empty", mirror=url).load_latest()
             assert found is not None and found[1]["blob"] == random.Random(found[0]).randbytes(size)
     s3.refuse.pop(commits)
-    print(f"{kills} kills, the mirror reached step {newest}; at the kills: {phases}")
+    print(f"{done} kills, the mirror reached step {newest}; at the kills: {phases}")
     assert newest >= 0 and all(phases.values()), phases
 
 
