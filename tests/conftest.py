@@ -16,6 +16,10 @@ import pytest
 
 from slurmkit.core.values import Choice
 
+# pytest-xdist's workers start with COLUMNS and LINES set (80x24): without them, as under plain
+# pytest, the commands the tests run see a pipe and print whole tables.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 sys.path.insert(0, os.path.dirname(__file__))
 pytest_plugins = ["slurm_fixtures"]
 

@@ -92,16 +92,18 @@ def assert_resumed_exactly(root: str, reference, steps: int, causes: set[str]) -
 
 
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path, reference):
-    # --time=1 with the signal 30 s ahead: Slurm signals 30-60 s before the limit, so each
-    # attempt trains 0-30 s; ~45 s of training needs two or more attempts.
+    # --time=2 with the signal 30 s ahead: Slurm signals 30-60 s before the limit (it checks
+    # every 30 s), so each attempt trains 60-90 s, less its start; 100 s of training needs two
+    # or more attempts. (With --time=1 the signal may come at the start, before the trial has
+    # installed its handler: it then dies of the signal, a TIMEOUT that is not requeued.)
     result = submit(
         tmp_path,
         resumable(
             "timelimit",
-            450,
+            1000,
             0.1,
             """
-resources: {time: 1}
+resources: {time: 2}
 requeue: {lead: 30, budgets: {timeout: 10}}
 """,
         ),
@@ -109,8 +111,8 @@ requeue: {lead: 30, budgets: {timeout: 10}}
     root = result["sweep_dir"]
     final = slurm_cluster.finish(root, timeout=420)
     assert final["counts"] == {"COMPLETED": 1}
-    status = assert_resumed_exactly(root, reference, 450, {"timeout"})
-    assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1])
+    status = assert_resumed_exactly(root, reference, 1000, {"timeout"})
+    assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1]), status["attempts"]
     # no work lost: each attempt resumes at the very step where the previous one stopped
     log = (Path(root) / "trials" / status["id"] / "output.log").read_text()
     stopped = re.findall(r"stopping at step (\d+)", log)
