@@ -195,6 +195,7 @@ def test_a_local_mirror_is_written_through_renames(tmp_path):
 # ---- through a real S3 endpoint -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_saves_are_mirrored_whole_with_their_own_retention(s3, url, tmp_path):
     fast = tmp_path / "fast"
     prefix = url.split("/", 3)[3] + "/"

@@ -232,6 +232,7 @@ def test_import_stage_and_ready_need_no_fsspec(tmp_path):
 # ---- through a real S3 endpoint -----------------------------------------------------------------
 
 
+@pytest.mark.slow  # the 1,000-object dataset, seeded over HTTP
 def test_stage_publishes_once_then_a_rerun_makes_no_get(s3, dataset, tmp_path):
     env, dst, outputs = env_for(s3, tmp_path), tmp_path / "ds", []
     start = s3.mark()
@@ -299,6 +300,7 @@ def kill_at(
     proc.send_signal(signal.SIGKILL)
 
 
+@pytest.mark.slow  # the 1,000-object dataset, seeded over HTTP
 def test_sigkill_at_random_points_never_recopies_a_finished_file(s3, dataset, tmp_path):
     env, dst, outputs = env_for(s3, tmp_path), tmp_path / "ds", []
     work = Path(lib.stage_dir(str(dst)))
@@ -350,6 +352,7 @@ def test_sigkill_at_random_points_never_recopies_a_finished_file(s3, dataset, tm
     assert_no_secret(outputs, tmp_path)
 
 
+@pytest.mark.slow  # the 1,000-object dataset, seeded over HTTP
 def test_two_concurrent_stagers_fetch_each_object_once(s3, dataset, tmp_path):
     env, dst = env_for(s3, tmp_path), tmp_path / "ds"
     start = s3.mark()
@@ -445,6 +448,7 @@ def test_a_file_renamed_into_place_but_not_journaled_is_checked_not_fetched(s3, 
     assert_same(dst, files)
 
 
+@pytest.mark.slow  # the 1,000-object dataset, seeded over HTTP
 def test_dry_run_says_what_it_would_copy_and_writes_nothing(s3, dataset, tmp_path):
     env, dst = env_for(s3, tmp_path), tmp_path / "ds"
     start = s3.mark()
