@@ -50,7 +50,7 @@ test: lint
 	bash tests/s3/up.sh >$$SLURMKIT_TEST_S3_DIR/up.log 2>&1; s3=$$?; \
 	if [ $$s3 -eq 0 ]; then . $$SLURMKIT_TEST_S3_DIR/env.sh; \
 	else echo "test S3 server did not start (code $$s3): $$(tail -n 3 $$SLURMKIT_TEST_S3_DIR/up.log)"; fi; \
-	$(PY) -m pytest -q -ra -n 2 --dist loadgroup $(PYTEST_ARGS) || rc=$$?; \
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$up -eq 0 ]; then bash tests/cluster/down.sh >/dev/null 2>&1 || true; fi; \
 	exit $$rc
 

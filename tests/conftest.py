@@ -16,8 +16,8 @@ import pytest
 
 from slurmkit.core.values import Choice
 
-# pytest-xdist's workers start with COLUMNS and LINES set (80x24): without them, as under plain
-# pytest, the commands the tests run see a pipe and print whole tables.
+# pytest-xdist's workers (make unit: -n 2) start with COLUMNS and LINES set (80x24): without
+# them, as under plain pytest, the commands the tests run see a pipe and print whole tables.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
 sys.path.insert(0, os.path.dirname(__file__))
@@ -26,15 +26,6 @@ pytest_plugins = ["slurm_fixtures"]
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "payloads" / "trial.py"
 SLURMKIT = [sys.executable, "-m", "slurmkit.cli"]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`: -n 2 --dist loadgroup), the tests that use the test
-    cluster run one after another on one worker (they place, preempt and count jobs on its
-    four nodes), while the other worker runs the rest."""
-    for item in items:
-        if item.get_closest_marker("cluster") or item.get_closest_marker("auto_backend"):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 def run_cli(

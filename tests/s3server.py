@@ -48,7 +48,7 @@ _started: dict[str, str] = {}  # the server this process started, when make test
 def endpoint() -> tuple[str, Path]:
     """The S3 server's URL and request log: make test's, else one started for this process."""
     url, log = os.environ.get("SLURMKIT_TEST_S3_URL"), os.environ.get("SLURMKIT_TEST_S3_LOG")
-    # Under pytest-xdist (make test: -n 2), the second worker starts its own: a Server() resets
+    # Under pytest-xdist (make unit: -n 2), a second worker starts its own: a Server() resets
     # its server's state and counts its log, which two workers' tests cannot share.
     if (url or log) and os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
         assert url and log, "set both SLURMKIT_TEST_S3_URL and SLURMKIT_TEST_S3_LOG, or neither"

@@ -8,7 +8,7 @@ import shutil
 import pytest
 from conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.auto_backend]  # a kernel, two sweeps
+pytestmark = pytest.mark.slow  # a kernel, two sweeps
 
 
 def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):

@@ -150,7 +150,6 @@ def test_yaml_examples_load(text, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.auto_backend
 def test_the_python_api_example_runs(tmp_path):
     """The README's Python API block, as written, in a copy of the repository's sweeps and
     examples (it submits through `backend="auto"`: the test cluster when it is up)."""
