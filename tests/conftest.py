@@ -42,6 +42,11 @@ def run_cli(
     )
 
 
+def first_fast(*values: Any) -> list[Any]:
+    """Parameters where only the first runs in `make unit`; the rest are marked slow (make test)."""
+    return [values[0], *(pytest.param(v, marks=pytest.mark.slow) for v in values[1:])]
+
+
 def typed(value: Any) -> Any:
     """Exact structural form: tells 1, 1.0 and True apart and makes nan comparable."""
     if isinstance(value, float):

@@ -185,6 +185,7 @@ def test_a_huge_sweep_needs_yes_and_is_not_expanded_without_it(monkeypatch, spec
     assert expanded == [] and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_slow_scheduler_command_says_what_it_printed():
     """sbatch retries for a minute when the controller is full: the error shows its words
     instead of guessing that slurmctld is down."""

@@ -223,6 +223,7 @@ def test_saves_are_mirrored_whole_with_their_own_retention(s3, url, tmp_path):
     assert s3.open_uploads() == 0
 
 
+@pytest.mark.slow
 def test_save_never_waits_for_the_mirror(s3, faults, url, tmp_path):
     """With every request to the mirror held, saves commit on the fast path and return; the
     newest checkpoint is uploaded once the store answers, the ones in between superseded."""
@@ -250,6 +251,7 @@ def test_save_never_waits_for_the_mirror(s3, faults, url, tmp_path):
     assert assert_whole(s3, url) == [0, 3]
 
 
+@pytest.mark.slow
 def test_upload_failures_are_retried_with_backoff_and_reported(
     s3, faults, url, tmp_path, capfd, fast_backoff
 ):
@@ -288,6 +290,7 @@ def test_upload_failures_are_retried_with_backoff_and_reported(
     assert SECRET not in err
 
 
+@pytest.mark.slow
 def test_close_waits_for_the_mirror_no_longer_than_mirror_wait(
     s3, faults, url, tmp_path, capfd, fast_backoff
 ):
@@ -306,6 +309,7 @@ def test_close_waits_for_the_mirror_no_longer_than_mirror_wait(
     assert ck.load_latest() == (1, state(1))  # still on the fast path
 
 
+@pytest.mark.slow
 def test_a_failure_that_retrying_cannot_fix_is_reported_once(s3, faults, url, tmp_path, capfd):
     """A fast-path copy damaged before its upload: no commit record reaches the mirror."""
     prefix = url.split("/", 3)[3] + "/"
@@ -331,6 +335,7 @@ def test_a_failure_that_retrying_cannot_fix_is_reported_once(s3, faults, url, tm
     assert s3.keys(prefix) == {} and s3.open_uploads() == 0
 
 
+@pytest.mark.slow
 def test_restores_the_newest_copy_valid_on_either_tier(s3, faults, url, tmp_path, recwarn, capfd):
     fast, prefix = tmp_path / "fast", url.split("/", 3)[3] + "/"
     with Checkpointer(fast, keep=10, mirror=url, mirror_keep=10) as ck:
@@ -378,6 +383,7 @@ def data_name(s3: Flaky, prefix: str, step: int) -> str:
     return key.rsplit("/", 1)[1]
 
 
+@pytest.mark.slow
 def test_an_unreachable_mirror_is_warned_about_and_raises_only_with_nothing_else(tmp_path):
     bad = f"s3://{BUCKET}/x"  # no S3 server at this address: the listing fails
     env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
@@ -421,6 +427,7 @@ def test_the_environment_turns_the_mirror_on(s3, url, tmp_path, monkeypatch):
     assert Checkpointer(trial / "other", mirror=False).mirror is None
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_sharded_checkpoints_are_mirrored_whole(s3, url, tmp_path):
     """A DCP checkpoint (files in a subfolder, sizes in its record) reaches the mirror, which
@@ -447,6 +454,7 @@ preemption.exit_for_requeue()  # no close(): the interpreter's exit flushes the 
 """
 
 
+@pytest.mark.slow
 def test_exit_for_requeue_flushes_the_mirror(s3, url, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", EXITING.format(root=str(ROOT)), str(tmp_path), url],

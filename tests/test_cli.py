@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from conftest import PAYLOAD, local_sweep, run_cli
 
 
@@ -70,6 +71,7 @@ def test_completion_scripts_and_completing_commands():
     assert complete("slurmkit status ", "2")[0].startswith("dir,")  # the shell completes dirs
 
 
+@pytest.mark.slow
 def test_piped_tables_are_plain_and_whole(tmp_path):
     long = "a-long-value-" * 12
     body = f"command: [python, {PAYLOAD}]\nparams: {{x: [1], tag: ['{long}']}}\n"

@@ -13,6 +13,7 @@ import pytest
 from slurmkit.runtime import crc
 
 
+@pytest.mark.slow
 def test_combine_equals_zlib_over_the_concatenation() -> None:
     rng = random.Random(7)
     for _ in range(300):

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PAYLOAD, local_sweep, run_cli
+from conftest import PAYLOAD, first_fast, local_sweep, run_cli
 
 
 @pytest.fixture
@@ -30,7 +30,9 @@ def _status(root: Path) -> tuple[int, dict, str]:
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "a list", "bad attempts", "binary"])
+@pytest.mark.parametrize(
+    "damage", first_fast("truncated", "garbage", "a list", "bad attempts", "binary")
+)
 def test_a_damaged_status_file_is_one_damaged_trial(sweep, damage):
     path = sweep / "trials" / _ids(sweep)[1] / "status.json"
     text = path.read_text()
@@ -62,6 +64,7 @@ def test_a_damaged_status_file_is_one_damaged_trial(sweep, damage):
     assert len(list(path.parent.glob("status.json.damaged-*"))) == 1  # kept, not lost
 
 
+@pytest.mark.slow
 def test_damaged_metrics_and_submission_records_cost_only_themselves(sweep):
     (sweep / "trials" / _ids(sweep)[2] / "metrics.json").write_text("{'score': ")
     (sweep / "submissions" / "0007.json").write_text("not json")
@@ -72,6 +75,7 @@ def test_damaged_metrics_and_submission_records_cost_only_themselves(sweep):
     assert _status(sweep)[0] == 0
 
 
+@pytest.mark.slow
 def test_a_damaged_manifest_line_is_a_damaged_trial(sweep):
     lines = (sweep / "trials.jsonl").read_text().splitlines()
     lines[3] = lines[3][:20]
@@ -83,6 +87,7 @@ def test_a_damaged_manifest_line_is_a_damaged_trial(sweep):
     assert run_cli("logs", str(sweep), "0").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_damaged_sweep_json_still_shows_status_but_resume_says_why(sweep):
     (sweep / "sweep.json").write_text('{"name": ')
     code, st, err = _status(sweep)
@@ -91,7 +96,7 @@ def test_a_damaged_sweep_json_still_shows_status_but_resume_says_why(sweep):
     assert proc.returncode == 2 and "sweep.json" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("bad_id", ["../../escape", "a/b", "..", ""])
+@pytest.mark.parametrize("bad_id", first_fast("../../escape", "a/b", "..", ""))
 def test_ids_that_could_leave_the_sweep_directory_are_refused(sweep, bad_id):
     lines = (sweep / "trials.jsonl").read_text().splitlines()
     row = json.loads(lines[0])
@@ -117,6 +122,7 @@ def test_duplicate_ids_are_refused(sweep):
     assert proc.returncode == 2 and "comes twice" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cancel_and_resume_say_what_is_damaged(sweep):
     (sweep / "submissions" / "0009.json").write_text("{")
     for args in (["cancel", str(sweep)], ["sweep", "--resume", str(sweep), "--backend", "local"]):

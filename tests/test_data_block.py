@@ -410,10 +410,12 @@ def test_a_resume_stages_again_what_was_removed(tmp_path):
     assert_matches(dst, files)
 
 
+@pytest.mark.slow
 def test_a_missing_source_is_refused_before_anything_is_made(tmp_path, s3):
     refuse_missing_source(tmp_path, s3, "local")
 
 
+@pytest.mark.slow
 def test_a_local_sweep_stages_from_s3_with_the_chains_credentials(tmp_path, s3, objects):
     env = env_for(s3, tmp_path)
     write(tmp_path / "payload.py", PAYLOAD)

@@ -58,6 +58,7 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_sweep_behind(small, tmp_path
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_a_read_only_sweep_directory_is_a_clear_error(tmp_path):
     where = tmp_path / "ro"
     _mount(where, "size=4m")

@@ -16,6 +16,7 @@ import slurmkit
 from slurmkit.errors import UserError
 
 
+@pytest.mark.slow
 def test_a_function_sweep_runs_each_trial_and_keeps_its_result(tmp_path):
     scale = 10  # a closure: pickled by value, as a notebook's function is
 

@@ -45,6 +45,7 @@ max_parallel: 3
     assert json.loads(st.stdout)["counts"] == {"COMPLETED": 6}
 
 
+@pytest.mark.slow
 def test_failure_is_recorded_and_resume_reruns_only_failed(tmp_path):
     # the four trials with flaky=true fail on their first attempt (exit 3)
     proc, result = _sweep(
@@ -75,6 +76,7 @@ params: {{x: [1, 2, 3, 4]}}
     assert third.returncode == 0 and json.loads(third.stdout)["indices"] == []
 
 
+@pytest.mark.slow
 def test_tricky_values_arrive_byte_exact(tmp_path):
     values = json.dumps(TRICKY)
     for style in ("hydra", "argparse"):
@@ -99,6 +101,7 @@ params: {{text: {values}}}
     assert not Path("/tmp/pwned-slurmkit").exists()
 
 
+@pytest.mark.slow
 def test_hydra_style_args_parse_back_with_hydra(tmp_path):
     parser_mod = __import__("pytest").importorskip("hydra.core.override_parser.overrides_parser")
     proc, result = _sweep(
@@ -117,6 +120,7 @@ params: {{text: {json.dumps(TRICKY)}, n: [1], f: [0.5], b: [true], z: [null]}}
         assert parsed == row["params"]
 
 
+@pytest.mark.slow
 def test_results_logs_and_sorting(tmp_path):
     _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [3, 1, 2]}}\n")
     root = result["sweep_dir"]
@@ -192,6 +196,7 @@ def _record(root: str, **fields) -> None:
     )
 
 
+@pytest.mark.slow
 def test_cancel_never_signals_a_process_that_is_not_ours(tmp_path):
     """A finished local run's pid now belongs to another process: cancel leaves it alone (and
     pid 1, and records without the process's start time); the very process is stopped."""
@@ -226,6 +231,7 @@ def test_cancel_never_signals_a_process_that_is_not_ours(tmp_path):
         other.wait()
 
 
+@pytest.mark.slow
 def test_standalone_bootstrap_new_and_old_script_forms(tmp_path):
     """A standalone script's task builds the sweep directory from the spec on first use, then
     runs its trial: `python -m slurmkit.standalone` (rendered now) and the form scripts of older
@@ -276,6 +282,7 @@ def test_python_api_names_survive_submodule_imports(tmp_path):
         assert not isinstance(getattr(slurmkit, name), type(slurmkit)), name
 
 
+@pytest.mark.slow
 def test_logs_follow_ends_with_the_trial_and_interval_must_be_positive(tmp_path):
     _, result = _sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n")
     root = result["sweep_dir"]

@@ -59,6 +59,7 @@ def test_no_half_written_lock_and_no_leftovers(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_processes_under_the_lock_never_overlap(tmp_path):
     (tmp_path / "counter").write_text("0")
     procs = [
@@ -68,6 +69,7 @@ def test_processes_under_the_lock_never_overlap(tmp_path):
     assert (tmp_path / "counter").read_text() == "160"  # a lost update would show here
 
 
+@pytest.mark.slow
 def test_heartbeat_keeps_a_long_holder_fresh(tmp_path):
     lock = Lock(str(tmp_path), stale_after=0.5, heartbeat=0.05)
     with lock.held("resume"):
@@ -84,6 +86,7 @@ def _stale(directory: Path, age: float = 120) -> None:
     os.utime(path, (old, old))
 
 
+@pytest.mark.slow
 def test_a_stale_lock_is_broken_once(tmp_path):
     """Waiters racing for a stale lock: exactly one holds it at a time (the counter proves it),
     and the lock left by a dead holder does not block anyone for ever."""
@@ -117,6 +120,7 @@ def test_release_after_a_break_leaves_the_new_holder_alone(tmp_path):
     assert unlock(str(tmp_path)) is None
 
 
+@pytest.mark.slow
 def test_cli_says_who_holds_the_lock_and_unlock_breaks_it(tmp_path):
     root = local_sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1]}}\n")[1][
         "sweep_dir"

@@ -58,6 +58,7 @@ def test_rendered_output_and_error_lines(spec_file, tmp_path):
     assert "#SBATCH --output=/r/logs/%A_%a.out" in text and "--error" not in text
 
 
+@pytest.mark.slow
 def test_separate_stderr_on_the_local_backend(tmp_path):
     body = f'command: [python, -c, "{SAYS}"]\nargs: none\nparams: {{a: [1]}}\n'
     proc, result = local_sweep(tmp_path, body + "logs: {stderr: separate}\n")

@@ -82,6 +82,7 @@ def test_an_ended_job_is_asked_from_accounting_once_and_kept(tmp_path):
     assert sched.user_calls == 3  # the live answer is asked once per interval
 
 
+@pytest.mark.slow
 def test_concurrent_callers_wait_for_one_answer(tmp_path):
     sched = Scheduler()
     sched.delay = 0.3  # a slow squeue: everyone arrives while it runs

@@ -100,6 +100,7 @@ def test_dry_run_prints_and_creates_nothing(tmp_path, spec_file):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_large_output_survives_the_quick_exit(tmp_path, spec_file):
     """The CLI leaves with os._exit: ~200 kB of --json through a pipe (more than its buffer)
     arrive whole, and a reader that stops early does not make it hang."""

@@ -170,6 +170,7 @@ def test_cli_usage_error():
     assert cli("a", "b").returncode == 2
 
 
+@pytest.mark.slow
 def test_torch_without_numpy_is_checked_without_its_warning(tmp_path):
     """torch warns "Failed to initialize NumPy" on images without numpy: the self-check's
     output stays one line."""

@@ -87,6 +87,7 @@ def test_gpus_counted_against_the_allocation_and_nccl_only_warns(tmp_path, share
     assert "gpus: 2 visible (nvidia-smi), the allocation gives 4" in out.stderr
 
 
+@pytest.mark.slow
 def test_torch_is_checked_when_the_image_has_it(tmp_path, shared):
     pytest.importorskip("torch")
     bin_dir = tmp_path / "bin"
@@ -125,6 +126,7 @@ def busybox() -> str:
     return BUSYBOX
 
 
+@pytest.mark.slow
 def test_green_in_a_root_filesystem_with_only_busybox(tmp_path, busybox):
     """A stock image at its barest: no Python, no slurmkit, no coreutils; busybox's ash."""
     root = tmp_path / "rootfs"

@@ -73,6 +73,7 @@ def expected_metrics(report: str) -> dict:
     return shown
 
 
+@pytest.mark.slow
 def test_status_table_shows_params_byte_exact(root):
     lines = cli("status", root).stdout.splitlines()
     rows = strict(cli("status", root, "--json").stdout)["trials"]

@@ -379,6 +379,7 @@ def test_two_concurrent_stagers_fetch_each_object_once(s3, dataset, tmp_path):
     assert_no_secret([text for pair in done for text in pair], tmp_path)
 
 
+@pytest.mark.slow
 def test_a_corrupted_object_is_an_error_that_names_it(s3, faults, tmp_path):
     env, outputs = env_for(s3, tmp_path), []
     rng = random.Random(5)
@@ -406,6 +407,7 @@ def test_a_corrupted_object_is_an_error_that_names_it(s3, faults, tmp_path):
     assert_no_secret(outputs, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_missing_object_is_an_error_that_names_it(s3, faults, tmp_path):
     env, outputs = env_for(s3, tmp_path), []
     s3.put("gone/a.bin", b"a" * 10)
@@ -429,6 +431,7 @@ def test_a_missing_object_is_an_error_that_names_it(s3, faults, tmp_path):
     assert_no_secret(outputs, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_file_renamed_into_place_but_not_journaled_is_checked_not_fetched(s3, tmp_path):
     """A kill between a file's rename and its journal line: the rerun checks the file's bytes
     locally (against the ETag's MD5) and keeps it; a wrong one is fetched again."""
@@ -465,6 +468,7 @@ def test_dry_run_says_what_it_would_copy_and_writes_nothing(s3, dataset, tmp_pat
     assert "nothing was written" in text.stdout and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_published_dataset_is_never_changed_in_place(s3, tmp_path):
     env = env_for(s3, tmp_path)
     s3.put("v/a.bin", b"one")
@@ -475,6 +479,7 @@ def test_a_published_dataset_is_never_changed_in_place(s3, tmp_path):
     assert (tmp_path / "v" / "a.bin").read_bytes() == b"one"
 
 
+@pytest.mark.slow
 def test_usage_errors_exit_2_and_a_local_source_stages(tmp_path):
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)

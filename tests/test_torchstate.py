@@ -134,6 +134,7 @@ def test_rng_state_round_trip() -> None:
     assert (numpy.random.rand(3) == expected[2]).all()
 
 
+@pytest.mark.slow
 def test_restore_scaler_extra_and_missing_parts() -> None:
     model = torch.nn.Linear(2, 2)
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=7)

@@ -148,8 +148,8 @@ def _compare(path, overrides, monkeypatch):
 
 @pytest.mark.parametrize(
     "user,overrides",
-    [
-        (user, overrides)
+    [  # every override with no user config and with a full one (slow: make test), two otherwise
+        pytest.param(user, overrides, marks=[pytest.mark.slow] if user == "full" and n >= 2 else [])
         for user in USER_CONFIGS
         for n, overrides in enumerate(OVERRIDES)
         if user in ("none", "full") or n < 2
@@ -244,6 +244,53 @@ def test_loader_is_omegaconfs():
         yaml.load("a: 1\na: 2\n", Loader=yamldata.Loader)
 
 
+def _outcome_of(load) -> tuple:
+    try:
+        return ("ok", load())
+    except SpecError as exc:
+        return ("SpecError", exc.message, exc.key)
+    except yaml.YAMLError:
+        return ("YAMLError",)
+
+
+@pytest.mark.slow
+def test_libyaml_events_load_what_pyyamls_parser_loads(tmp_path):
+    """read()'s loader (libyaml's events, PyYAML's composer and constructor) gives the same data
+    and the same SpecErrors as PyYAML's own parser on every spec here, and on 2,000 mangled copies
+    of them (cut short, a character doubled or dropped: mostly malformed). Where libyaml refuses
+    (it is stricter: ``{a:[1]}``), read() asks PyYAML's parser, so read() always answers as
+    PyYAML does, and words malformed YAML as PyYAML does (a tab that starts a token)."""
+    texts = [*BODIES, *(body for body, *_ in BAD_INPUT), *(Path(p).read_text() for p in SWEEPS)]
+    texts += ["a: [" * 70 + "]" * 70, "a: 'x\\0'\nb: \"y\\0\"\n", "env: {A: 1e-3}\n"]
+    texts += [f"a: {tag}\n" for tag in ["!!int x", "!!bool maybe", "!!float x", "!", "! 1", "&x"]]
+    rng = random.Random(7)
+    for _ in range(2000):
+        text = rng.choice(texts)
+        at = rng.randrange(len(text) + 1)
+        texts.append(
+            rng.choice([text[:at], text[:at] + text[at : at + 1] * 2 + text[at + 1 :]])
+            if rng.random() < 0.7
+            else text[:at] + text[at + 1 :]
+        )
+    kinds, deferred = set(), 0
+    path = tmp_path / "f.yaml"
+    for text in texts:
+        path.write_text(text)
+        fast = _outcome_of(yamldata.Loader(text, str(path)).get_single_data)
+        reference = _outcome_of(yamldata.Worded(text, str(path)).get_single_data)
+        assert _outcome_of(lambda: yamldata.read(str(path))) == reference, text
+        assert fast == reference or fast == ("YAMLError",), text
+        deferred += fast != reference
+        kinds.add(reference[0])
+    assert kinds == {"ok", "SpecError", "YAMLError"} and 0 < deferred < len(texts) // 10
+    path.write_text("a:\n\tb: 1\n")
+    with pytest.raises(yaml.YAMLError, match="found character '\\\\t' that cannot start any token"):
+        yamldata.read(str(path))
+    path.write_text("a: !!timestamp 2001-12-114\n")  # PyYAML's constructor: an AttributeError
+    with pytest.raises(yaml.YAMLError, match="cannot read '2001-12-114' as tag:yaml.org"):
+        yamldata.read(str(path))
+
+
 def _tree(rng: random.Random, depth: int = 0) -> dict:
     keys = ["a", "b", "c", "d"]
     out = {}
@@ -261,6 +308,7 @@ def _value(rng: random.Random, depth: int):
     return rng.choice([None, 0, 1, -1.5, True, False, "", "s", "0.1", "${a}", "???"])
 
 
+@pytest.mark.slow
 def test_merge_update_delete_match_omegaconf_on_random_trees():
     rng = random.Random(0)
     checked = 0

@@ -19,7 +19,7 @@ import io
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError
 from ..yamlimport import yaml
@@ -58,24 +58,32 @@ def holds_nul(file: str, keys: Sequence[str]) -> SpecError:
     )
 
 
-class Loader(yaml.SafeLoader):
-    """The YAML loader of specs and the user config, on both paths.
+if TYPE_CHECKING:
+    from yaml import SafeLoader as _Loading  # what _Checks is mixed into
+else:
+    _Loading = object
 
-    It is omegaconf's (``omegaconf._utils.get_yaml_loader``) without its pathlib tags and without
-    YAML 1.1's base-60 numbers: duplicate keys are an error, ``1e-5`` is a float, timestamps stay
-    strings, and so do ``15:00`` and ``1:30`` (not 900 and 90). As SpecError naming ``source``
-    and the key, it refuses nesting deeper than MAX_DEPTH, aliases that repeat more than
-    MAX_ALIASED values or contain themselves, NUL characters (no argument, variable or path holds
-    one), and an ``env`` value that YAML reads as a float (``1e-3`` would reach the job as
-    ``0.001``).
-    """
 
-    def __init__(self, stream: Any, source: str = "<string>") -> None:
-        super().__init__(stream)
+class _Checks(_Loading):
+    """What the spec loader adds to PyYAML's safe loading (see :class:`Loader`)."""
+
+    source: str
+
+    def _start(self, source: str) -> None:
         self.source = source
         self._keys: list[str] = []  # where the node being composed is: its parents' keys, its own
         self._sizes: dict[int, tuple[int, int]] = {}  # id(node): (values, depth), aliases expanded
         self._aliased = 0
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError):
+            # PyYAML's constructors of explicit tags fail bare on text they cannot read:
+            # ``!!int abc``, ``!!int ""``, ``!!bool maybe``, ``!!timestamp 2001-12-114``.
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {node.value!r} as {node.tag}", node.start_mark
+            ) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         keys = set()
@@ -138,9 +146,12 @@ class Loader(yaml.SafeLoader):
             if "\0" in node.value:
                 raise holds_nul(self.source, keys)
             if node.tag == _FLOAT and not is_key and len(keys) == 2 and keys[0] == "env":
+                try:
+                    seen = str(self.construct_yaml_float(node))
+                except ValueError:  # !!float x: construct_object's error
+                    return
                 raise SpecError(
-                    f"{node.value} is a YAML float: the job would see "
-                    f"{str(self.construct_yaml_float(node))!r}",
+                    f"{node.value} is a YAML float: the job would see {seen!r}",
                     file=self.source,
                     key=f"env.{keys[1]}",
                     hint=f"quote it: {keys[1]}: '{node.value}'",
@@ -155,6 +166,53 @@ class Loader(yaml.SafeLoader):
             1 + sum(size for size, _ in sizes),
             max((1 + depth for _, depth in sizes), default=0),
         )
+
+
+class Loader(
+    _Checks,
+    yaml.composer.Composer,
+    yaml.cyaml.CParser,
+    yaml.constructor.SafeConstructor,
+    yaml.resolver.Resolver,
+):
+    """The YAML loader of specs and the user config, on both paths.
+
+    It is omegaconf's (``omegaconf._utils.get_yaml_loader``) without its pathlib tags and without
+    YAML 1.1's base-60 numbers: duplicate keys are an error, ``1e-5`` is a float, timestamps stay
+    strings, and so do ``15:00`` and ``1:30`` (not 900 and 90). As SpecError naming ``source``
+    and the key, it refuses nesting deeper than MAX_DEPTH, aliases that repeat more than
+    MAX_ALIASED values or contain themselves, NUL characters (no argument, variable or path holds
+    one), and an ``env`` value that YAML reads as a float (``1e-3`` would reach the job as
+    ``0.001``).
+
+    Its events come from libyaml (PyYAML's ``CParser``: about 4x faster than PyYAML's own
+    parser); what it composes and constructs is PyYAML's Python code, where the checks above
+    live. YAML that libyaml refuses is read again by :class:`Worded`, so that errors say what
+    PyYAML (and omegaconf) say.
+    """
+
+    def __init__(self, stream: Any, source: str = "<string>") -> None:
+        yaml.cyaml.CParser.__init__(self, stream)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
+        self._start(source)
+
+    def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:
+        event = self.peek_event()
+        if event.tag == "!":  # an empty one (``a: !``) is resolved as plain, as PyYAML does
+            event.implicit = (True, False)
+        return super().compose_scalar_node(anchor)
+
+
+class Worded(_Checks, yaml.SafeLoader):
+    """:class:`Loader` on PyYAML's own parser: for malformed YAML, so that its error is PyYAML's
+    (libyaml words some differently, and refuses flow nesting over 1,000 levels, which is
+    MAX_DEPTH's error here)."""
+
+    def __init__(self, stream: Any, source: str = "<string>") -> None:
+        yaml.SafeLoader.__init__(self, stream)
+        self._start(source)
 
 
 def _label(index: Any) -> str:
@@ -182,23 +240,22 @@ _NUMBERS = {
         re.X,
     ),
 }
-Loader.yaml_implicit_resolvers = {
+_OMEGACONF_FLOAT = re.compile(  # omegaconf's: 1e-5 is a float too
+    """^(?:
+     [-+]?[0-9]+(?:_[0-9]+)*\\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+    |\\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+    |[-+]?\\.(?:inf|Inf|INF)
+    |\\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+# Both loaders' (Resolver.add_implicit_resolver would give the float to one class only).
+_Checks.yaml_implicit_resolvers = {
     key: [(tag, _NUMBERS.get(tag, regexp)) for tag, regexp in resolvers if tag != _TIMESTAMP]
     for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-Loader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        """^(?:
-         [-+]?[0-9]+(?:_[0-9]+)*\\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
-        |\\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
-        |[-+]?\\.(?:inf|Inf|INF)
-        |\\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
+for _first in "-+0123456789.":
+    _Checks.yaml_implicit_resolvers.setdefault(_first, []).append((_FLOAT, _OMEGACONF_FLOAT))
 
 
 def read(path: str) -> Any:
@@ -218,18 +275,22 @@ def read(path: str) -> Any:
             hint="save the file as UTF-8",
         ) from None
     text.name = os.path.abspath(path)  # YAML errors name the file, as omegaconf's do
-    loader = Loader(text, path)
     try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+        return Loader(text, path).get_single_data()
+    except yaml.YAMLError:
+        text.seek(0)  # malformed, or beyond libyaml: PyYAML's parser gives the answer or error
+        worded = Worded(text, path)
+        try:
+            return worded.get_single_data()
+        finally:
+            worded.dispose()
 
 
 def _key_on(text: str, line: int) -> str | None:
     """The dotted key of the innermost value that starts on or before ``line`` (from 0) of the
     YAML ``text``; None if there is none, or ``text`` cannot be read."""
     try:
-        node = Loader(text).get_single_node()
+        node = Worded(text).get_single_node()
     except (yaml.YAMLError, SpecError):
         return None
     keys: list[str] = []
