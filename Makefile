@@ -34,25 +34,13 @@ lint: install
 	$(VENV)/bin/mypy
 	shellcheck -s bash sbatch/*.sbatch
 	shellcheck -s sh slurmkit/runtime/selfcheck.sh
-	shellcheck -x tests/s3/up.sh tests/s3/down.sh
+	shellcheck -x tests/s3/up.sh tests/s3/down.sh tests/suite.sh
 
 # Linters, then unit tests + integration tests on a real 4-node Slurm cluster and an S3 server
-# (moto's, on 127.0.0.1: SLURMKIT_TEST_S3_URL, its request log SLURMKIT_TEST_S3_LOG) started
-# (and stopped) here. The S3 server is this run's own (a directory of its own, removed after).
+# (moto's, on 127.0.0.1: SLURMKIT_TEST_S3_URL, its request log SLURMKIT_TEST_S3_LOG), both started
+# (and stopped) by tests/suite.sh: the cluster's tests in one pytest process, the rest beside it.
 test: lint
-	@set -o pipefail; rc=0; \
-	bash tests/cluster/up.sh --accounting >/tmp/slurmkit-cluster-up.log 2>&1; up=$$?; \
-	if [ $$up -eq 0 ]; then export SLURM_CONF=$(CLUSTER_DIR)/slurm.conf; \
-	else echo "test cluster did not start (code $$up): $$(tail -n 3 /tmp/slurmkit-cluster-up.log)"; fi; \
-	export SLURMKIT_TEST_S3_DIR=$$(mktemp -d /tmp/slurmkit-s3.XXXXXX) SLURMKIT_TEST_S3_WATCH=$$$$ \
-	  SLURMKIT_TEST_S3_PYTHON=$(abspath $(PY)); \
-	trap 'bash tests/s3/down.sh --purge >/dev/null 2>&1' EXIT; \
-	bash tests/s3/up.sh >$$SLURMKIT_TEST_S3_DIR/up.log 2>&1; s3=$$?; \
-	if [ $$s3 -eq 0 ]; then . $$SLURMKIT_TEST_S3_DIR/env.sh; \
-	else echo "test S3 server did not start (code $$s3): $$(tail -n 3 $$SLURMKIT_TEST_S3_DIR/up.log)"; fi; \
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS) || rc=$$?; \
-	if [ $$up -eq 0 ]; then bash tests/cluster/down.sh >/dev/null 2>&1 || true; fi; \
-	exit $$rc
+	bash tests/suite.sh $(PYTEST_ARGS)
 
 # The fast inner loop (under a minute): no cluster, nothing marked slow. pytest keeps its
 # assertion-rewritten test modules in __pycache__ even where PYTHONDONTWRITEBYTECODE is set

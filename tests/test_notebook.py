@@ -8,7 +8,8 @@ import shutil
 import pytest
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow  # a kernel, two sweeps
+# A kernel, two sweeps; on the cluster when it is up, else on this machine.
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):

@@ -150,6 +150,7 @@ def test_yaml_examples_load(text, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster  # on the cluster when it is up, else on this machine
 def test_the_python_api_example_runs(tmp_path):
     """The README's Python API block, as written, in a copy of the repository's sweeps and
     examples (it submits through `backend="auto"`: the test cluster when it is up)."""
