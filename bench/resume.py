@@ -21,7 +21,12 @@ the methods in turn, the second run in reverse order:
   reader);
 - with ``--mirror``: ``Checkpointer(EMPTY, mirror=DIR).load_latest(map_location=DEVICE)``, a
   resume from the mirror after the fast path was wiped (the mirror a directory on the same
-  disk, written by the Checkpointer's uploader).
+  disk, written by the Checkpointer's uploader);
+- with ``--mirror-url s3://BUCKET/PATH`` instead: the same from an object store (endpoint and
+  credentials from the AWS environment), against a raw download of the same object by the AWS
+  CLI (``aws s3 cp URL FILE``, into the page cache; ``--aws`` names the command). An object
+  store's page cache is dropped with ``/proc/sys/vm/drop_caches`` (root; the server's files are
+  its own).
 
 Times run until the state is on DEVICE (``torch.cuda.synchronize``), its memory given back
 between methods. Target: ``Checkpointer.load_latest`` <= 1.1x the raw read.
@@ -36,6 +41,7 @@ import argparse
 import gc
 import mmap
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -109,13 +115,21 @@ def like(obj: Any) -> Any:
 
 
 def files(path: str) -> list[str]:
+    if "://" in path:
+        return [path]  # an object store: drop() drops every clean page
     if os.path.isfile(path):
         return [path]
     return [os.path.join(d, f) for d, _, names in os.walk(path) for f in names]
 
 
 def drop(paths: list[str]) -> None:
-    """Drop the files' pages from the page cache (clean pages: ``os.sync()`` ran after writing)."""
+    """Drop the files' pages from the page cache (clean pages: ``os.sync()`` ran after writing);
+    for a URL, every clean page of the machine (the server's files are its own)."""
+    if any("://" in path for path in paths):
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as fh:  # root only: a clear error otherwise
+            fh.write("3\n")
+        paths = [path for path in paths if "://" not in path]
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -159,10 +173,12 @@ class Setup:
     reads and torch.load read too) and a Checkpointer's sharded checkpoint (whose DCP directory
     DCP's own load reads too): twice the state on disk."""
 
-    def __init__(self, work: str, state: Any, device: torch.device, mirror: bool) -> None:
-        self.device, self.work = device, work
+    def __init__(
+        self, work: str, state: Any, device: torch.device, mirror: str | bool, aws: str
+    ) -> None:
+        self.device, self.work, self.aws = device, work, aws
         self.root = os.path.join(work, "slurmkit")
-        self.mirror = os.path.join(work, "mirror") if mirror else None
+        self.mirror = (mirror if isinstance(mirror, str) else os.path.join(work, "mirror")) or None
         with Checkpointer(self.root, keep=1, mirror=self.mirror or False) as ckpt:
             ckpt.save(state, 1)
             if not ckpt.wait_mirrored(3600):
@@ -211,11 +227,12 @@ class Setup:
             assert found is not None and found[0] == 1, found
             return found
 
-        mirrored = (
-            {"  from the mirror (fast path wiped)": (files(self.mirror), from_mirror)}
-            if self.mirror
-            else {}
-        )
+        mirrored: dict[str, tuple[list[str], Callable[[Any], Any]]] = {}
+        if self.mirror:
+            mirrored["  from the mirror (fast path wiped)"] = (files(self.mirror), from_mirror)
+        if self.mirror and "://" in self.mirror:
+            url = self.mirror.rstrip("/") + "/" + os.path.relpath(self.plain, self.root)
+            mirrored[MIRROR_RAW] = ([url], lambda _: aws_cp(self.aws, url, self.work))
         return {
             "raw read: cat": ([self.plain], lambda _: cat(self.plain)),
             "raw read: python, 1 MiB buffer": ([self.plain], lambda _: py_read(self.plain)),
@@ -237,6 +254,20 @@ class Setup:
 
 
 SHARDED_RAW = "  raw read of its files: cat"  # load_sharded's own baseline
+MIRROR_RAW = "  raw download from the mirror: aws s3 cp"  # the mirror's own baseline
+
+
+def aws_cp(aws: str, url: str, work: str) -> None:
+    """The object at ``url`` downloaded by the AWS CLI (its parallel ranged GETs) into a file
+    under ``work``, removed after: to stdout, the CLI writes in order on one thread."""
+    target = os.path.join(work, "aws-download")
+    try:
+        subprocess.run(
+            [*shlex.split(aws), "s3", "cp", "--only-show-errors", url, target], check=True
+        )
+    finally:
+        if os.path.exists(target):
+            os.unlink(target)
 
 
 def timed(paths: list[str], method: Callable[[Any], Any], setup: Setup, name: str) -> float:
@@ -298,6 +329,10 @@ def resume_table(setup: Setup, runs: int, skip: list[str]) -> None:
     ]
     shown = " / ".join(f"{r:.2f}x" for r in sharded)
     print(f"load_sharded against the raw read of its files: {shown}")
+    if MIRROR_RAW in times:
+        mirror = times["  from the mirror (fast path wiped)"]
+        shown = " / ".join(f"{v / b:.2f}x" for v, b in zip(mirror, times[MIRROR_RAW]))
+        print(f"the resume from the mirror against its raw download: {shown}")
     print("target: load_latest, from the fast path and the mirror, and load_sharded <= 1.10x")
 
 
@@ -371,6 +406,8 @@ def main(argv: list[str] | None = None, defaults: dict[str, Any] | None = None) 
     ap.add_argument("--first-save", action="store_true", help="also: the first save's block")
     ap.add_argument("--no-resume", action="store_true", help="skip the resume table")
     ap.add_argument("--mirror", action="store_true", help="also: a resume from the mirror")
+    ap.add_argument("--mirror-url", help="also: a resume from this object store URL (s3://...)")
+    ap.add_argument("--aws", default="aws", help="--mirror-url's baseline: the AWS CLI command")
     ap.add_argument(
         "--skip", action="append", default=[], help="leave out the methods naming this (repeat)"
     )
@@ -403,7 +440,7 @@ def main(argv: list[str] | None = None, defaults: dict[str, Any] | None = None) 
             flush=True,
         )
         if not args.no_resume:
-            setup = Setup(work, state(), device, args.mirror)
+            setup = Setup(work, state(), device, args.mirror_url or args.mirror, args.aws)
             resume_table(setup, args.runs, args.skip)
             del setup
         if args.first_save:

@@ -45,9 +45,10 @@ fi
 # Each process has its own basetemp: pytest's cleanup of old numbered temp directories must not
 # meet the other process's.
 env -u SLURM_CONF -u SLURMKIT_TEST_S3_URL -u SLURMKIT_TEST_S3_LOG \
-  "$PY" -m pytest -q -ra -m "not cluster" --basetemp="$WORK/rest" "$@" >"$WORK/rest.log" 2>&1 &
+  "$PY" -m pytest -q -ra --durations=10 -m "not cluster" --basetemp="$WORK/rest" "$@" \
+  >"$WORK/rest.log" 2>&1 &
 rest=$!
-"$PY" -m pytest -q -ra -m cluster --basetemp="$WORK/cluster" "$@"
+"$PY" -m pytest -q -ra --durations=10 -m cluster --basetemp="$WORK/cluster" "$@"
 rc_cluster=$?
 wait "$rest"
 rc_rest=$?
