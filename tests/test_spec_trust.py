@@ -161,8 +161,10 @@ def test_load_refuses_naming_file_and_key(
 
 @pytest.mark.parametrize(
     "body,overrides,config,named,key,needle",
-    [case[1:] for case in REFUSED],
-    ids=[case[0] for case in REFUSED],
+    [  # a fresh CLI each: one case in four in make unit (the test above has them all)
+        pytest.param(*case[1:], id=case[0], marks=[pytest.mark.slow] if n % 4 else [])
+        for n, case in enumerate(REFUSED)
+    ],
 )
 def test_cli_refuses_exit_2_no_traceback(
     tmp_path, monkeypatch, body, overrides, config, named, key, needle

@@ -148,8 +148,8 @@ def _compare(path, overrides, monkeypatch):
 
 @pytest.mark.parametrize(
     "user,overrides",
-    [  # every override with no user config and with a full one (slow: make test), two otherwise
-        pytest.param(user, overrides, marks=[pytest.mark.slow] if user == "full" and n >= 2 else [])
+    [  # two overrides with each user config; every override with none and a full one (slow)
+        pytest.param(user, overrides, marks=[pytest.mark.slow] if n >= 2 else [])
         for user in USER_CONFIGS
         for n, overrides in enumerate(OVERRIDES)
         if user in ("none", "full") or n < 2
