@@ -342,3 +342,25 @@ def test_merge_update_delete_match_omegaconf_on_random_trees():
         assert _deep(ours) == _deep(OmegaConf.to_container(theirs, resolve=True)), (layers, ops)
         checked += 1
     assert checked > 500
+
+
+@pytest.mark.slow
+def test_specs_load_where_pyyaml_has_no_libyaml(tmp_path):
+    """PyYAML built without libyaml: the loader is PyYAML's own parser, with the same checks."""
+    import subprocess
+    import sys
+
+    (tmp_path / "s.yaml").write_text("command: x\nparams: {lr: [1e-3, 2]}\nenv: {A: 1e-3}\n")
+    code = (
+        "import yaml; yaml.__with_libyaml__ = False\n"
+        "from slurmkit.spec import yamldata\n"
+        "from slurmkit.errors import SpecError\n"
+        "assert yamldata.Loader is yamldata.Worded\n"
+        "try:\n"
+        f"    yamldata.read({str(tmp_path / 's.yaml')!r})\n"
+        "except SpecError as exc:\n"
+        "    print(exc.key, exc.message)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "env.A 1e-3 is a YAML float: the job would see '0.001'\n"

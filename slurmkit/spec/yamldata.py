@@ -168,51 +168,56 @@ class _Checks(_Loading):
         )
 
 
-class Loader(
-    _Checks,
-    yaml.composer.Composer,
-    yaml.cyaml.CParser,
-    yaml.constructor.SafeConstructor,
-    yaml.resolver.Resolver,
-):
-    """The YAML loader of specs and the user config, on both paths.
-
-    It is omegaconf's (``omegaconf._utils.get_yaml_loader``) without its pathlib tags and without
-    YAML 1.1's base-60 numbers: duplicate keys are an error, ``1e-5`` is a float, timestamps stay
-    strings, and so do ``15:00`` and ``1:30`` (not 900 and 90). As SpecError naming ``source``
-    and the key, it refuses nesting deeper than MAX_DEPTH, aliases that repeat more than
-    MAX_ALIASED values or contain themselves, NUL characters (no argument, variable or path holds
-    one), and an ``env`` value that YAML reads as a float (``1e-3`` would reach the job as
-    ``0.001``).
-
-    Its events come from libyaml (PyYAML's ``CParser``: about 4x faster than PyYAML's own
-    parser); what it composes and constructs is PyYAML's Python code, where the checks above
-    live. YAML that libyaml refuses is read again by :class:`Worded`, so that errors say what
-    PyYAML (and omegaconf) say.
-    """
-
-    def __init__(self, stream: Any, source: str = "<string>") -> None:
-        yaml.cyaml.CParser.__init__(self, stream)
-        yaml.composer.Composer.__init__(self)
-        yaml.constructor.SafeConstructor.__init__(self)
-        yaml.resolver.Resolver.__init__(self)
-        self._start(source)
-
-    def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:
-        event = self.peek_event()
-        if event.tag == "!":  # an empty one (``a: !``) is resolved as plain, as PyYAML does
-            event.implicit = (True, False)
-        return super().compose_scalar_node(anchor)
-
-
 class Worded(_Checks, yaml.SafeLoader):
     """:class:`Loader` on PyYAML's own parser: for malformed YAML, so that its error is PyYAML's
     (libyaml words some differently, and refuses flow nesting over 1,000 levels, which is
-    MAX_DEPTH's error here)."""
+    MAX_DEPTH's error here); the loader itself where PyYAML was built without libyaml."""
 
     def __init__(self, stream: Any, source: str = "<string>") -> None:
         yaml.SafeLoader.__init__(self, stream)
         self._start(source)
+
+
+if yaml.__with_libyaml__:
+
+    class Loader(
+        _Checks,
+        yaml.composer.Composer,
+        yaml.cyaml.CParser,
+        yaml.constructor.SafeConstructor,
+        yaml.resolver.Resolver,
+    ):
+        """The YAML loader of specs and the user config, on both paths.
+
+        It is omegaconf's (``omegaconf._utils.get_yaml_loader``) without its pathlib tags and
+        without YAML 1.1's base-60 numbers: duplicate keys are an error, ``1e-5`` is a float,
+        timestamps stay strings, and so do ``15:00`` and ``1:30`` (not 900 and 90). As SpecError
+        naming ``source`` and the key, it refuses nesting deeper than MAX_DEPTH, aliases that
+        repeat more than MAX_ALIASED values or contain themselves, NUL characters (no argument,
+        variable or path holds one), and an ``env`` value that YAML reads as a float (``1e-3``
+        would reach the job as ``0.001``).
+
+        Its events come from libyaml (PyYAML's ``CParser``: about 4x faster than PyYAML's own
+        parser); what it composes and constructs is PyYAML's Python code, where the checks above
+        live. YAML that libyaml refuses is read again by :class:`Worded`, so that errors say what
+        PyYAML (and omegaconf) say.
+        """
+
+        def __init__(self, stream: Any, source: str = "<string>") -> None:
+            yaml.cyaml.CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            self._start(source)
+
+        def compose_scalar_node(self, anchor: str | None) -> yaml.ScalarNode:
+            event = self.peek_event()
+            if event.tag == "!":  # an empty one (``a: !``) is resolved as plain, as PyYAML does
+                event.implicit = (True, False)
+            return super().compose_scalar_node(anchor)
+
+else:  # PyYAML built without libyaml
+    Loader = Worded  # type: ignore[misc]
 
 
 def _label(index: Any) -> str:
