@@ -503,8 +503,11 @@ def join_trial(
             a.run_s = max(0.0, (a.end if a.end is not None else now) - a.start)
         if outcome == "interrupted" and a.start is not None:
             journal = commits() if journal is None else journal
-            stop = a.end if a.end is not None else now
-            # sacct's times are whole seconds (cut): the attempt ran until before stop + 1
+            # Until accounting's end (whole seconds, cut: before end + 1), or the runtime's own
+            # end where later: a preempted job goes on for its GraceTime after accounting's end,
+            # and may commit a checkpoint then.
+            ran = _number(rec.get("end")) if rec else None
+            stop = max(t for t in (a.end if a.end is not None else now, ran) if t is not None)
             a.checkpoint = max((t for t in journal if a.start <= t < stop + 1), default=None)
         hours(a, now)
         price = prices.get(a.partition)

@@ -23,6 +23,7 @@ from slurm_fixtures import epoch
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 NODE = "n3"  # the preempted trial's node (the requeue tests preempt on n4)
 PRICE = 2.0  # per GPU-hour of the default partition `low`
+GRACE = 5  # `low`'s GraceTime (tests/cluster/slurm.conf.in)
 # A trial without torch (it starts in a second, even on a loaded machine): it checkpoints
 # with the Checkpointer when asked to stop (and at its end), and resumes from its checkpoint.
 PAYLOAD = """
@@ -172,8 +173,9 @@ def test_gpu_hours_are_the_allocations_and_split_at_the_last_checkpoint(sweep, s
         assert len(records) == len(t["attempts"])
         for a, rec in zip(t["attempts"], records):
             assert (a["unit"], a["units"], a["partition"]) == ("gpu", 1, "low")  # gpus: 1
-            # the allocation holds the runtime's own run of it (sacct has whole seconds)
-            assert a["start"] <= rec["start"] + 1 and rec["end"] <= a["end"] + 1
+            # the allocation holds the runtime's own run of it (sacct has whole seconds), but
+            # for the GraceTime (5 s on `low`) a preempted job has after accounting's end
+            assert a["start"] <= rec["start"] + 1 and rec["end"] <= a["end"] + 1 + GRACE
             assert a["queue_s"] is not None and a["queue_s"] >= 0
             hours = a["useful_hours"] + a["lost_hours"]
             assert hours == pytest.approx((a["end"] - a["start"]) / 3600)
@@ -202,9 +204,12 @@ def test_gpu_hours_are_the_allocations_and_split_at_the_last_checkpoint(sweep, s
         stops = re.findall(r"stopping at step (\d+)", _output(root, index))
         # one commit per stop and one at the end: none lost to pruning (keep=2)
         assert [j["step"] for j in journal] == [*map(int, stops), (150, 1000)[index]]
-        for a in s["trials"][index]["attempts"][:-1]:
-            # sacct's times are whole seconds: the commit may come in the second of its end
-            commits = [j["time"] for j in journal if a["start"] <= j["time"] < a["end"] + 1]
+        records = _records(root, index)["attempts"]
+        for a, rec in zip(s["trials"][index]["attempts"][:-1], records):
+            # sacct's times are whole seconds: the commit may come in the second of its end, or
+            # in a preempted job's GraceTime after it (while the runtime still runs)
+            ran = max(a["end"], rec["end"])
+            commits = [j["time"] for j in journal if a["start"] <= j["time"] < ran + 1]
             assert commits, a  # each interrupted attempt checkpointed before it stopped
             assert a["checkpoint"] == max(commits)
             kept = min(max(commits), a["end"]) - a["start"]

@@ -178,6 +178,12 @@ def test_an_interrupted_attempt_is_useful_up_to_its_last_checkpoint():
     # sacct's end is cut to the second: a commit within that second is the attempt's own
     late = join([preempted, rerun], records, commits=[T0 + 3600.4])[0]
     assert (late.checkpoint, late.useful_hours, late.lost_hours) == (T0 + 3600.4, 8.0, 0.0)
+    # a preempted job runs on for its GraceTime after accounting's end: a commit then, before
+    # the runtime's own end, is the attempt's too (its hours stay the allocation's)
+    graced = [{**records[0], "end": T0 + 3604.5}, records[1]]
+    late = join([preempted, rerun], graced, commits=[T0 + 3603.0])[0]
+    assert (late.checkpoint, late.useful_hours, late.lost_hours) == (T0 + 3603.0, 8.0, 0.0)
+    assert join([preempted, rerun], records, commits=[T0 + 3603.0])[0].checkpoint is None
     # no journal (the trial checkpoints by itself, or not at all): all of it lost
     a, _ = join([preempted, rerun], records)
     assert (a.checkpoint, a.useful_hours, a.lost_hours) == (None, 0.0, 8.0)
