@@ -3,7 +3,6 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-CLUSTER_DIR ?= /tmp/slurmkit-cluster
 PYTEST_ARGS ?=
 
 .PHONY: install demo lint test unit cluster-up cluster-down s3-up s3-down bench sbatch clean
@@ -40,7 +39,7 @@ lint: install
 # (moto's, on 127.0.0.1: SLURMKIT_TEST_S3_URL, its request log SLURMKIT_TEST_S3_LOG), both started
 # (and stopped) by tests/suite.sh: the cluster's tests in one pytest process, the rest beside it.
 test: lint
-	bash tests/suite.sh $(PYTEST_ARGS)
+	PY=$(abspath $(PY)) bash tests/suite.sh $(PYTEST_ARGS)
 
 # The fast inner loop (under a minute): no cluster, nothing marked slow. pytest keeps its
 # assertion-rewritten test modules in __pycache__ even where PYTHONDONTWRITEBYTECODE is set

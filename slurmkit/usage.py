@@ -506,8 +506,10 @@ def join_trial(
             # Until accounting's end (whole seconds, cut: before end + 1), or the runtime's own
             # end where later: a preempted job goes on for its GraceTime after accounting's end,
             # and may commit a checkpoint then.
+            stop = a.end if a.end is not None else now
             ran = _number(rec.get("end")) if rec else None
-            stop = max(t for t in (a.end if a.end is not None else now, ran) if t is not None)
+            if ran is not None:
+                stop = max(stop, ran)
             a.checkpoint = max((t for t in journal if a.start <= t < stop + 1), default=None)
         hours(a, now)
         price = prices.get(a.partition)
