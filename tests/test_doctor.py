@@ -141,9 +141,16 @@ def test_doctor_on_the_test_cluster(slurm_cluster, tmp_path):
 
 
 def test_a_wrong_slurm_conf_or_a_stopped_controller_fails_with_a_hint(tmp_path):
-    """Through the CLI, at once (scontrol would retry a missing config for a minute)."""
-    proc = run_cli("doctor", "--json", "--output-root", str(tmp_path), env={"SLURM_CONF": "/nope"})
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    """Through the CLI, at once (scontrol would retry a missing config for a minute). Slurm's
+    commands are stand-ins that fail if called: this machine may not have Slurm installed."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in doctor.TOOLS:
+        (tools / tool).write_text("#!/bin/sh\necho called >&2\nexit 3\n")
+        (tools / tool).chmod(0o755)
+    env = {"SLURM_CONF": "/nope", "PATH": f"{tools}:{os.environ['PATH']}"}
+    proc = run_cli("doctor", "--json", "--output-root", str(tmp_path), env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "called" not in proc.stderr
     found = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert found["controller"]["level"] == "fail"
     assert "SLURM_CONF=/nope does not exist" in found["controller"]["detail"]
