@@ -92,26 +92,26 @@ def assert_resumed_exactly(root: str, reference, steps: int, causes: set[str]) -
 
 
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path, reference):
-    # --time=2 with the signal 30 s ahead: Slurm signals 30-60 s before the limit (it checks
-    # every 30 s), so each attempt trains 60-90 s, less its start; 100 s of training needs two
-    # or more attempts. (With --time=1 the signal may come at the start, before the trial has
-    # installed its handler: it then dies of the signal, a TIMEOUT that is not requeued.)
+    # --time=1 with the signal 30 s ahead: Slurm signals 30-60 s before the limit (it checks
+    # every 30 s), so within 30 s of the start, and the runtime holds it until the trial has
+    # installed its handler; each attempt trains up to 30 s, and 35 s of training needs two or
+    # more attempts.
     result = submit(
         tmp_path,
         resumable(
             "timelimit",
-            1000,
+            350,
             0.1,
             """
-resources: {time: 2}
-requeue: {lead: 30, budgets: {timeout: 10}}
+resources: {time: 1}
+requeue: {lead: 30, budgets: {timeout: 20}}
 """,
         ),
     )
     root = result["sweep_dir"]
     final = slurm_cluster.finish(root, timeout=420)
     assert final["counts"] == {"COMPLETED": 1}
-    status = assert_resumed_exactly(root, reference, 1000, {"timeout"})
+    status = assert_resumed_exactly(root, reference, 350, {"timeout"})
     assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1]), status["attempts"]
     # no work lost: each attempt resumes at the very step where the previous one stopped
     log = (Path(root) / "trials" / status["id"] / "output.log").read_text()
@@ -121,18 +121,47 @@ requeue: {lead: 30, budgets: {timeout: 10}}
     assert status["attempts"][-1]["restart_count"] == str(len(status["attempts"]) - 1)
 
 
-def test_a_command_that_ignores_the_signal_is_not_rerun_after_a_time_limit(slurm_cluster, tmp_path):
-    """`sleep` dies of the time-limit signal without checkpointing: rerunning it would start
-    over and time out again, so the trial ends TIMEOUT after one attempt (no requeue)."""
-    result = submit(
-        tmp_path,
-        "command: [sleep, '300']\nargs: none\nparams: {i: [1]}\nresources: {time: 1}\n"
-        "requeue: {lead: 30}\n",
+LATE_HANDLER = """
+import os, sys, time
+from slurmkit.runtime import preemption
+if os.environ["SLURMKIT_ATTEMPT"] != "1":
+    sys.exit(0)
+time.sleep(35)  # still starting when the signal comes
+preemption.install()
+for _ in range(900):
+    if preemption.should_stop():
+        print("stopping on", preemption.received(), flush=True)
+        preemption.exit_for_requeue()
+    time.sleep(0.1)
+sys.exit(9)
+"""
+
+
+def test_the_time_limit_signal_waits_for_the_trials_handler(slurm_cluster, tmp_path):
+    """--time=1 with lead 30: Slurm signals within 30 s of the start (see above), before the
+    trial below installs its handler. The runtime holds the signal until then: the trial gets
+    it, checkpoints (here: exits 75) and is requeued. `sleep` never catches the signal, so it
+    runs on to the time limit and ends TIMEOUT, not requeued: a rerun would start over and
+    time out again. Both run at once."""
+    script = tmp_path / "late.py"
+    script.write_text(LATE_HANDLER)
+    limits = "resources: {time: 1}\nrequeue: {lead: 30}\n"
+    (tmp_path / "late").mkdir()
+    (tmp_path / "plain").mkdir()
+    late = submit(tmp_path / "late", f"command: [python, {script}]\nparams: {{i: [1]}}\n{limits}")
+    plain = submit(
+        tmp_path / "plain", f"command: [sleep, '300']\nargs: none\nparams: {{i: [1]}}\n{limits}"
     )
-    root = result["sweep_dir"]
-    final = slurm_cluster.finish(root, timeout=150)
+    final = slurm_cluster.finish(late["sweep_dir"], timeout=240)
+    assert final["counts"] == {"COMPLETED": 1}, final
+    status = trial_status(late["sweep_dir"])
+    first = status["attempts"][0]
+    assert (first["state"], first["cause"], first["exit_code"]) == ("REQUEUED", "timeout", 75)
+    log = (Path(late["sweep_dir"]) / "trials" / status["id"] / "output.log").read_text()
+    assert "stopping on ['SIGUSR2']" in log
+    final = slurm_cluster.finish(plain["sweep_dir"], timeout=150)
     assert final["counts"] == {"TIMEOUT": 1}, final
-    status = trial_status(root)
+    status = trial_status(plain["sweep_dir"])
     assert len(status["attempts"]) == 1 and status["attempts"][0]["cause"] == "timeout"
     assert "not requeued" in status["reason"]
 

@@ -283,3 +283,93 @@ def test_a_trial_whose_container_did_not_start_fails_at_once(
             assert (got, status["state"], status["cause"]) == (1, "FAILED", "container")
         else:
             assert (got, status["state"], status.get("cause")) == (1, "FAILED", None)
+
+
+def test_handles_reads_whether_a_process_catches_or_ignores_a_signal():
+    import signal
+    import subprocess
+    import sys
+
+    from slurmkit.runtime.trial import handles
+
+    ready = "import signal, sys, time; {}; print(flush=True); time.sleep(30)"
+    setups = {
+        "default": "pass",
+        "caught": "signal.signal(signal.SIGUSR2, lambda *a: None)",
+        "ignored": "signal.signal(signal.SIGUSR2, signal.SIG_IGN)",
+    }
+    found = {}
+    for name, setup in setups.items():
+        with subprocess.Popen(
+            [sys.executable, "-c", ready.format(setup)], stdout=subprocess.PIPE, text=True
+        ) as proc:
+            proc.stdout.readline()
+            found[name] = (handles(proc.pid, signal.SIGUSR2), handles(proc.pid, signal.SIGUSR1))
+            proc.kill()
+    assert found == {"default": (False, False), "caught": (True, False), "ignored": (True, False)}
+    assert handles(2**22 + 1, signal.SIGUSR2)  # no such process: sent as it comes
+
+
+def _signalled_sweep(tmp_path, spec_file, command: list[str]):
+    from slurmkit.core.fsutil import read_json
+
+    sweep, tid = _sweep_with_vanished_attempt(tmp_path, spec_file, budget=1)
+    os.unlink(sweep.status(tid))
+    config = read_json(sweep.sweep_json)
+    config.update(command=command, requeue={"enabled": True, "budgets": BUDGETS, "lead": 120})
+    return sweep, tid, config
+
+
+def _near_the_limit(_run) -> dict[str, str]:
+    """Slurm's view of a job 100 s before its time limit (a timeout; see test_classify)."""
+    end = datetime.now() + timedelta(seconds=100)
+    return info(EndTime=end.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def test_the_requeue_signal_waits_until_the_trial_handles_it(tmp_path, spec_file, monkeypatch):
+    """Sent at once it would kill a trial still starting (exit 140, TIMEOUT, no requeue); held,
+    it arrives once the trial has installed its handler, which checkpoints and asks for a
+    requeue. Slurm's answer is a stand-in: the cluster cannot time the signal to that window."""
+    import signal
+    import sys
+
+    from slurmkit.core.fsutil import read_json
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.setattr(TrialRun, "_job_info", _near_the_limit)
+    late = (
+        "import signal, sys, time; time.sleep(0.3); got = []; "
+        "signal.signal(signal.SIGUSR2, lambda *a: got.append(1)); "
+        "[time.sleep(0.01) for _ in range(500) if not got]; sys.exit(75 if got else 9)"
+    )
+    sweep, tid, config = _signalled_sweep(tmp_path, spec_file, [sys.executable, "-c", late])
+    run = TrialRun(sweep, 0, config=config, under_slurm=True)
+    run.start()
+    run.terminate(signal.SIGUSR2)
+    assert run.wait() == REQUEUE_EXIT
+    status = read_json(sweep.status(tid))
+    assert (status["state"], status["cause"]) == ("REQUEUED", "timeout")
+    assert status["attempts"][0]["signals"] == ["USR2"]
+
+
+def test_a_stop_signal_before_the_command_starts_ends_the_attempt_unstarted(
+    tmp_path, spec_file, monkeypatch
+):
+    import signal
+
+    from slurmkit.core.fsutil import read_json
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    monkeypatch.setattr(TrialRun, "_job_info", _near_the_limit)
+    marker = tmp_path / "ran"
+    sweep, tid, config = _signalled_sweep(tmp_path, spec_file, ["touch", str(marker)])
+    run = TrialRun(sweep, 0, config=config, under_slurm=True)
+    run.terminate(signal.SIGUSR2)
+    run.start()
+    assert run.proc is None and run.wait() == REQUEUE_EXIT and not marker.exists()
+    status = read_json(sweep.status(tid))
+    assert (status["state"], status["cause"]) == ("REQUEUED", "timeout")
+    with open(sweep.output(tid)) as log:
+        assert "USR2 came before the command started" in log.read()

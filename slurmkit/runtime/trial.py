@@ -65,6 +65,18 @@ def _path_with_python() -> str:
     )
 
 
+def handles(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` catches or ignores ``signum`` (its ``SigCgt``/``SigIgn`` masks in
+    ``/proc/PID/status``). True where they cannot be read: the signal is then sent as it comes."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            lines = [line.split() for line in fh if line.startswith(("SigCgt:", "SigIgn:"))]
+        masks = [int(words[1], 16) for words in lines]
+    except (OSError, ValueError, IndexError):
+        return True
+    return len(masks) != 2 or any(mask >> (signum - 1) & 1 for mask in masks)
+
+
 def _holder(held: dict[str, Any]) -> str:
     """Who holds a trial's claim, in words: ``job J (pid P on NODE)``."""
     where = f"pid {held.get('pid', '?')} on {held.get('host', '?')}"
@@ -77,6 +89,11 @@ class TrialRun:
     ``under_slurm``: this is an array task; the requeue policy applies, and the command stays in
     the job's process group so that Slurm's signals and process tracking reach it. Otherwise
     (the local backend) it gets a group of its own, so that stopping it stops its whole tree.
+
+    Under the requeue policy, the requeue signal reaches the command once it catches (or ignores)
+    it: sent before, it would kill a command that is still starting (importing torch, say) and
+    lose its requeue. A command that never catches it runs on to the time limit. A stop signal
+    that comes before the command has started ends the attempt without starting it.
     """
 
     def __init__(
@@ -102,6 +119,8 @@ class TrialRun:
         self.policy: dict[str, Any] = self.config.get("requeue") or {"enabled": False}
         self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
         self.requeue_signal: str = self.policy.get("signal", "USR2")
+        self._hold = getattr(signal, "SIG" + self.requeue_signal) if self.on_slurm else None
+        self._held = False  # the requeue signal came; wait() sends it once the command catches it
         self._claim = Lock(self.dir)
         self.log_start = 0  # where this attempt's output begins in output.log
         self.early_exit: int | None = None  # the exit code when it ended before its command
@@ -245,6 +264,11 @@ class TrialRun:
                     return
                 env.update(found)
                 argv = [*argv[:step], *wrap, *argv[step:]]
+            if self.signals:  # stopped already: no work to lose, so none to start
+                why = f"slurmkit: {', '.join(self.signals)} came before the command started\n"
+                (err or log).write(why.encode())
+                self.early_exit = self._finish(REQUEUE_EXIT)
+                return
             try:
                 self.proc = subprocess.Popen(
                     argv,
@@ -277,6 +301,9 @@ class TrialRun:
         name = signal.Signals(signum).name.removeprefix("SIG")
         if name not in self.signals:  # Slurm may signal the command's group directly, too
             self.signals.append(name)
+        if signum == self._hold and signum != signal.SIGTERM:
+            self._held = True
+            return
         if self.proc is not None and self.proc.poll() is None:
             try:
                 if self.own_group:
@@ -300,6 +327,10 @@ class TrialRun:
             except subprocess.TimeoutExpired:
                 if self.signals and self.job is None and self.on_slurm:
                     self.job = self._job_info()  # now, while Slurm's view is fresh
+                if self._held and self._hold and handles(self.proc.pid, self._hold):
+                    self._held = False
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.proc.pid, self._hold)
         return self._finish(128 - rc if rc < 0 else rc)
 
     def _job_info(self) -> dict[str, str]:
