@@ -43,8 +43,9 @@ else
 fi
 
 # Each process has its own basetemp: pytest's cleanup of old numbered temp directories must not
-# meet the other process's.
-env -u SLURM_CONF -u SLURMKIT_TEST_S3_URL -u SLURMKIT_TEST_S3_LOG \
+# meet the other process's. The cluster's tests are the longer run, and their jobs need CPU at
+# set times (Slurm's signals come with a lead): the other process yields to them (nice).
+env -u SLURM_CONF -u SLURMKIT_TEST_S3_URL -u SLURMKIT_TEST_S3_LOG nice -n 10 \
   "$PY" -m pytest -q -ra --durations=10 -m "not cluster" --basetemp="$WORK/rest" "$@" \
   >"$WORK/rest.log" 2>&1 &
 rest=$!

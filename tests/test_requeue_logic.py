@@ -297,6 +297,7 @@ def test_handles_reads_whether_a_process_catches_or_ignores_a_signal():
         "default": "pass",
         "caught": "signal.signal(signal.SIGUSR2, lambda *a: None)",
         "ignored": "signal.signal(signal.SIGUSR2, signal.SIG_IGN)",
+        "blocked": "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})",  # srun's way
     }
     found = {}
     for name, setup in setups.items():
@@ -306,7 +307,12 @@ def test_handles_reads_whether_a_process_catches_or_ignores_a_signal():
             proc.stdout.readline()
             found[name] = (handles(proc.pid, signal.SIGUSR2), handles(proc.pid, signal.SIGUSR1))
             proc.kill()
-    assert found == {"default": (False, False), "caught": (True, False), "ignored": (True, False)}
+    assert found == {
+        "default": (False, False),
+        "caught": (True, False),
+        "ignored": (True, False),
+        "blocked": (True, False),
+    }
     assert handles(2**22 + 1, signal.SIGUSR2)  # no such process: sent as it comes
 
 

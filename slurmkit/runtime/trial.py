@@ -65,16 +65,20 @@ def _path_with_python() -> str:
     )
 
 
+_MASKS = ("SigBlk:", "SigIgn:", "SigCgt:")
+
+
 def handles(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` catches or ignores ``signum`` (its ``SigCgt``/``SigIgn`` masks in
-    ``/proc/PID/status``). True where they cannot be read: the signal is then sent as it comes."""
+    """Whether process ``pid`` catches, ignores or blocks ``signum`` (``/proc/PID/status``): it
+    would not die of it. Blocked means handled elsewhere: srun waits for its signals in a thread
+    (sigwait) with them blocked in its main thread. True where the masks cannot be read: the
+    signal is then sent as it comes."""
     try:
         with open(f"/proc/{pid}/status") as fh:
-            lines = [line.split() for line in fh if line.startswith(("SigCgt:", "SigIgn:"))]
-        masks = [int(words[1], 16) for words in lines]
+            masks = [int(line.split()[1], 16) for line in fh if line.startswith(_MASKS)]
     except (OSError, ValueError, IndexError):
         return True
-    return len(masks) != 2 or any(mask >> (signum - 1) & 1 for mask in masks)
+    return len(masks) != len(_MASKS) or any(mask >> (signum - 1) & 1 for mask in masks)
 
 
 def _holder(held: dict[str, Any]) -> str:
@@ -90,10 +94,11 @@ class TrialRun:
     the job's process group so that Slurm's signals and process tracking reach it. Otherwise
     (the local backend) it gets a group of its own, so that stopping it stops its whole tree.
 
-    Under the requeue policy, the requeue signal reaches the command once it catches (or ignores)
-    it: sent before, it would kill a command that is still starting (importing torch, say) and
-    lose its requeue. A command that never catches it runs on to the time limit. A stop signal
-    that comes before the command has started ends the attempt without starting it.
+    Under the requeue policy, the requeue signal reaches the command once it catches, ignores or
+    blocks it (:func:`handles`): sent before, it would kill a command that is still starting
+    (importing torch, say) and lose its requeue. A command that never catches it runs on to the
+    time limit. A stop signal that comes before the command has started ends the attempt
+    without starting it.
     """
 
     def __init__(
