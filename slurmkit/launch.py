@@ -53,6 +53,14 @@ def env_wrapper(prepend: Mapping[str, str], append: Mapping[str, str]) -> list[s
     return ["sh", "-c", script, "slurmkit-env", *values]
 
 
+def torchrun_signals(requeue_signal: str, lead: int) -> list[str]:
+    """``env`` settings that make torchrun (torch >= 2.9) pass the requeue signal on to its
+    workers, and give them ``lead`` seconds to checkpoint before it kills them; without them
+    torchrun dies of the signal and its workers never see it. Older torchrun ignores them."""
+    handled = ",".join(f"SIG{name}" for name in ("TERM", "INT", "HUP", "QUIT", requeue_signal))
+    return ["env", f"PET_SIGNALS_TO_HANDLE={handled}", f"PET_SHUTDOWN_TIMEOUT={lead}"]
+
+
 def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     """``{"step": [...srun + container options + self-check], "launcher": [...torchrun]}``,
     with ``"env"`` (:func:`env_wrapper`) between them when the spec prepends or appends
@@ -91,6 +99,7 @@ def build(spec: SweepSpec, submit_dir: str) -> dict[str, list[str]]:
     launcher = []
     if spec.launcher == "torchrun":
         launcher = [
+            *torchrun_signals(spec.requeue.signal, spec.requeue.lead),
             "torchrun",
             "--no-python",
             "--nnodes={nnodes}",

@@ -92,26 +92,27 @@ def assert_resumed_exactly(root: str, reference, steps: int, causes: set[str]) -
 
 
 def test_time_limit_signal_checkpoints_requeues_and_resumes(slurm_cluster, tmp_path, reference):
-    # --time=1 with the signal 30 s ahead: Slurm signals 30-60 s before the limit (it checks
-    # every 30 s), so within 30 s of the start, and the runtime holds it until the trial has
-    # installed its handler; each attempt trains up to 30 s, and 35 s of training needs two or
+    # --time=1 with the signal 20 s ahead: Slurm signals 20-50 s before the limit (it checks
+    # every 30 s), so 10-40 s into an attempt (never at its start, where a signal could come
+    # before the batch shell has set its trap), and the runtime holds it until the trial has
+    # installed its handler; each attempt trains up to 40 s, and 45 s of training needs two or
     # more attempts.
     result = submit(
         tmp_path,
         resumable(
             "timelimit",
-            350,
+            450,
             0.1,
             """
 resources: {time: 1}
-requeue: {lead: 30, budgets: {timeout: 20}}
+requeue: {lead: 20, budgets: {timeout: 20}}
 """,
         ),
     )
     root = result["sweep_dir"]
     final = slurm_cluster.finish(root, timeout=420)
     assert final["counts"] == {"COMPLETED": 1}
-    status = assert_resumed_exactly(root, reference, 350, {"timeout"})
+    status = assert_resumed_exactly(root, reference, 450, {"timeout"})
     assert all(a.get("signals") == ["USR2"] for a in status["attempts"][:-1]), status["attempts"]
     # no work lost: each attempt resumes at the very step where the previous one stopped
     log = (Path(root) / "trials" / status["id"] / "output.log").read_text()
@@ -126,7 +127,7 @@ import os, sys, time
 from slurmkit.runtime import preemption
 if os.environ["SLURMKIT_ATTEMPT"] != "1":
     sys.exit(0)
-time.sleep(35)  # still starting when the signal comes
+time.sleep(45)  # still starting when the signal comes
 preemption.install()
 for _ in range(900):
     if preemption.should_stop():
@@ -138,14 +139,14 @@ sys.exit(9)
 
 
 def test_the_time_limit_signal_waits_for_the_trials_handler(slurm_cluster, tmp_path):
-    """--time=1 with lead 30: Slurm signals within 30 s of the start (see above), before the
-    trial below installs its handler. The runtime holds the signal until then: the trial gets
+    """--time=1 with lead 20: Slurm signals 10-40 s into the job (see above), before the trial
+    below installs its handler. The runtime holds the signal until then: the trial gets
     it, checkpoints (here: exits 75) and is requeued. `sleep` never catches the signal, so it
     runs on to the time limit and ends TIMEOUT, not requeued: a rerun would start over and
     time out again. Both run at once."""
     script = tmp_path / "late.py"
     script.write_text(LATE_HANDLER)
-    limits = "resources: {time: 1}\nrequeue: {lead: 30}\n"
+    limits = "resources: {time: 1}\nrequeue: {lead: 20}\n"
     (tmp_path / "late").mkdir()
     (tmp_path / "plain").mkdir()
     late = submit(tmp_path / "late", f"command: [python, {script}]\nparams: {{i: [1]}}\n{limits}")
@@ -164,6 +165,46 @@ def test_the_time_limit_signal_waits_for_the_trials_handler(slurm_cluster, tmp_p
     status = trial_status(plain["sweep_dir"])
     assert len(status["attempts"]) == 1 and status["attempts"][0]["cause"] == "timeout"
     assert "not requeued" in status["reason"]
+
+
+TORCHRUN_WORKER = """
+import os, sys, time
+from slurmkit.runtime import preemption
+preemption.install()
+rank = os.environ["RANK"]
+if os.environ["SLURMKIT_ATTEMPT"] != "1":
+    sys.exit(0)
+print(f"rank {rank} waits", flush=True)
+for _ in range(1200):
+    if preemption.should_stop():
+        print(f"rank {rank} stopping on {preemption.received()}", flush=True)
+        preemption.exit_for_requeue()
+    time.sleep(0.1)
+sys.exit(9)
+"""
+
+
+def test_under_torchrun_every_worker_gets_the_time_limit_signal_and_the_trial_is_requeued(
+    slurm_cluster, tmp_path
+):
+    """torchrun dies of a signal it does not handle, and it turns a worker's exit 75 into its
+    own exit 1: the requeue still reaches both workers, and their request reaches the runtime."""
+    script = tmp_path / "worker.py"
+    script.write_text(TORCHRUN_WORKER)
+    result = submit(
+        tmp_path,
+        f"command: [python, {script}]\nargs: none\nparams: {{i: [1]}}\nlauncher: torchrun\n"
+        "torchrun: {nproc_per_node: 2}\nresources: {time: 1}\nrequeue: {lead: 20}\n",
+    )
+    root = result["sweep_dir"]
+    final = slurm_cluster.finish(root, timeout=240)
+    status = trial_status(root)
+    log = (Path(root) / "trials" / status["id"] / "output.log").read_text()
+    assert final["counts"] == {"COMPLETED": 1}, (final, log[-3000:])
+    first = status["attempts"][0]
+    assert (first["state"], first["cause"]) == ("REQUEUED", "timeout"), first
+    for rank in (0, 1):
+        assert f"rank {rank} stopping on ['SIGUSR2']" in log
 
 
 def test_preemption_by_high_partition_job(slurm_cluster, tmp_path, reference):

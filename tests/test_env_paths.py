@@ -67,7 +67,8 @@ def test_wrapper_runs_inside_the_container_before_torchrun(spec_file):
     argv = rendezvous.fill(plan, {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "SLURM_JOB_ID": "7"})
     wrap = argv.index("slurmkit-env") - 3  # sh -c SCRIPT slurmkit-env
     assert argv[wrap - len(launch.self_check()) : wrap] == launch.self_check()  # after pyxis's
-    assert argv[wrap + len(plan["env"])] == "torchrun"
+    signals = launch.torchrun_signals(s.requeue.signal, s.requeue.lead)
+    assert argv[wrap + len(plan["env"]) :][: len(signals) + 1] == [*signals, "torchrun"]
     assert "env" not in launch.build(spec_mod.load(str(spec_file(JOB)), job=True), "/p")
 
 

@@ -41,7 +41,15 @@ def test_torchrun_container_job_golden(spec_file, monkeypatch, tmp_path):
         env.split("=", 1)[1].split(",")
     )
     assert step[-4:] == launch.self_check()
-    assert plan["launcher"][:3] == ["torchrun", "--no-python", "--nnodes={nnodes}"]
+    # torchrun passes the requeue signal on to its workers and waits `lead` s for them
+    assert plan["launcher"][:6] == [
+        "env",
+        "PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2",
+        f"PET_SHUTDOWN_TIMEOUT={s.requeue.lead}",
+        "torchrun",
+        "--no-python",
+        "--nnodes={nnodes}",
+    ]
     assert "--nproc-per-node=8" in plan["launcher"]
     filled = rendezvous.fill(
         plan,

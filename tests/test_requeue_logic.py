@@ -4,6 +4,8 @@ cover the branches a cluster cannot produce on demand (e.g. scontrol answering n
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from datetime import datetime, timedelta
 
 import pytest
@@ -379,3 +381,104 @@ def test_a_stop_signal_before_the_command_starts_ends_the_attempt_unstarted(
     assert (status["state"], status["cause"]) == ("REQUEUED", "timeout")
     with open(sweep.output(tid)) as log:
         assert "USR2 came before the command started" in log.read()
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_signals_while_the_runtime_starts_are_kept_for_its_trial():
+    """`python -m slurmkit.runtime` holds them from before its imports; once its trial is
+    ready they reach the trial's handler, in order, and later ones go straight to it."""
+    proc = _python("""
+import os, signal
+from slurmkit.runtime import early
+early.hold()
+os.kill(os.getpid(), signal.SIGTERM)  # as if sent while the runtime imports
+os.kill(os.getpid(), signal.SIGUSR2)
+got = []
+early.release(got.append, {signal.SIGTERM, signal.SIGUSR2})
+assert got == [signal.SIGTERM, signal.SIGUSR2], got
+os.kill(os.getpid(), signal.SIGUSR2)
+assert got[2:] == [signal.SIGUSR2], got
+assert signal.getsignal(signal.SIGXCPU) == signal.SIG_DFL  # held, not asked for: as before
+""")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_held_signal_that_is_no_stop_signal_acts_as_it_would_have():
+    proc = _python("""
+import os, signal
+from slurmkit.runtime import early
+early.hold()
+os.kill(os.getpid(), signal.SIGHUP)
+early.release(print, {signal.SIGTERM})
+print("still here")
+""")
+    assert proc.returncode == -signal.SIGHUP and "still here" not in proc.stdout
+
+
+def test_release_without_hold_leaves_the_processes_other_handlers_alone():
+    """The submitit backend's task calls run_trial in submitit's process: its own handlers stay."""
+    proc = _python("""
+import signal
+from slurmkit.runtime import early
+mine = lambda *a: None
+signal.signal(signal.SIGUSR1, mine)
+early.release(print, {signal.SIGTERM})
+assert signal.getsignal(signal.SIGUSR1) is mine
+""")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_signal_inside_the_start_up_handler_is_kept_too():
+    """Slurm and the batch shell may both send one: a handler can run inside itself."""
+    proc = _python("""
+import os, signal, sys
+from slurmkit.runtime import early
+early.hold()
+sent = 0
+def lines(frame, event, arg):
+    global sent
+    if event == "line" and sent < 40:
+        sent += 1
+        os.kill(os.getpid(), signal.SIGTERM)
+    return lines
+sys.settrace(lambda frame, event, arg: lines if event == "call" else None)
+os.kill(os.getpid(), signal.SIGTERM)
+for _ in range(1000):
+    pass
+sys.settrace(None)
+got = []
+early.release(got.append, {signal.SIGTERM})
+assert len(got) > 1 and set(got) == {signal.SIGTERM}, got
+""")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_request_for_requeue_reaches_the_runtime_through_a_launcher_that_exits_1(
+    tmp_path, spec_file, monkeypatch
+):
+    """torchrun exits 1 when a worker exits 75: `preemption.exit_for_requeue()` also leaves a
+    mark for the attempt, which the runtime reads (and removes)."""
+    import sys
+
+    from slurmkit.core.contract import requeue_mark
+    from slurmkit.core.fsutil import read_json
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    worker = "from slurmkit.runtime import preemption; preemption.exit_for_requeue()"
+    launcher = ["sh", "-c", '"$@"; exit 1', "torchrun", sys.executable, "-c", worker]
+    sweep, tid, config = _signalled_sweep(tmp_path, spec_file, launcher)
+    run = TrialRun(sweep, 0, config=config, under_slurm=True)
+    run.start()
+    assert run.wait() == REQUEUE_EXIT
+    status = read_json(sweep.status(tid))
+    assert status["state"] == "REQUEUED" and not os.path.exists(requeue_mark(run.dir, 1))
+    config["command"] = ["sh", "-c", "exit 1"]  # the next attempt fails of its own: no mark
+    run = TrialRun(sweep, 0, config=config, under_slurm=True)
+    run.start()
+    assert run.wait() == 1 and read_json(sweep.status(tid))["state"] == "FAILED"

@@ -10,8 +10,15 @@ CANCELLED_EXIT = 143
 # What the runtime exits with when Slurm has requeued the job itself (an external `scontrol
 # requeue`, a node failure): the trial will run again, and the batch shell has nothing to do.
 ALREADY_REQUEUED = 76
+
 # The signal that asks a trial to checkpoint and stop, as a name without "SIG" (e.g. USR2).
 ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"
 # The path of the spec's dataset NAME in a trial: SLURMKIT_DATA_<NAME> (and SLURMKIT_DATA alone
 # when the spec has one dataset).
 ENV_DATA = "SLURMKIT_DATA"
+
+
+def requeue_mark(trial_dir: str, attempt: int | str) -> str:
+    """The file ``preemption.exit_for_requeue`` leaves for this attempt: its request reaches the
+    runtime even where a launcher in between (torchrun) turns exit 75 into exit 1."""
+    return f"{trial_dir}/.requeue-asked-{attempt}"

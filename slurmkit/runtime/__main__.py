@@ -13,6 +13,11 @@ import os
 import signal
 import sys
 
+from . import early
+
+if __name__ == "__main__":
+    early.hold()  # before the imports below, which are most of the runtime's start-up
+
 from ..core.layout import SweepDir
 from .trial import TrialRun
 
@@ -50,8 +55,7 @@ def run_trial(root: str, index: int) -> int:
             print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
             return 0
         stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.requeue_signal)}
-        for signum in stop_signals:
-            signal.signal(signum, lambda s, _f: run.terminate(s))
+        early.release(run.terminate, stop_signals)
         run.start()
         return run.wait()
     finally:

@@ -13,12 +13,13 @@ boundaries. The handler does nothing else (no I/O, no checkpoint inside it).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
 from typing import NoReturn
 
-from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
+from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT, requeue_mark
 
 # Set by the handler with no lock: Slurm signals the whole process group while the runtime
 # forwards the same signal, so a second handler can run inside the first, at any bytecode. A
@@ -55,5 +56,12 @@ def received() -> list[str]:
 
 
 def exit_for_requeue() -> NoReturn:
-    """Exit with REQUEUE_EXIT: the batch script then requeues this trial, which resumes."""
+    """Exit with REQUEUE_EXIT: the batch script then requeues this trial, which resumes.
+
+    It also leaves a mark in the trial's directory: a launcher between the runtime and this
+    process (torchrun) exits 1 when a worker exits 75, and the mark tells the runtime."""
+    trial_dir, attempt = os.environ.get("SLURMKIT_TRIAL_DIR"), os.environ.get("SLURMKIT_ATTEMPT")
+    if trial_dir and attempt:
+        with contextlib.suppress(OSError):
+            os.close(os.open(requeue_mark(trial_dir, attempt), os.O_CREAT | os.O_WRONLY, 0o644))
     sys.exit(REQUEUE_EXIT)

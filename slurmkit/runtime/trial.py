@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from ..core import pids, placeholders, states
-from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT
+from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT, requeue_mark
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
@@ -345,6 +345,11 @@ class TrialRun:
 
     def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
+        mark = requeue_mark(self.dir, attempt["n"])
+        if os.path.exists(mark):  # it asked for a requeue: under torchrun, exit 1 may say so
+            code = REQUEUE_EXIT if code != 0 else code
+            with contextlib.suppress(OSError):
+                os.remove(mark)
         by_slurm = False  # Slurm requeued the job itself: the batch shell must not again
         no_start = bool(
             code
