@@ -13,6 +13,11 @@ import argparse
 import os
 import sys
 
+from .runtime import early
+
+if __name__ == "__main__":
+    early.hold()  # before the imports below: a signal now would kill the job unrecorded
+
 from . import plan, store
 from . import spec as spec_mod
 from .backends.slurm import SlurmBackend
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
     runtime = [sys.executable, "-m", "slurmkit.runtime", "task", "--offset", str(args.offset)]
     sys.stdout.flush()
+    os.environ[early.ENV_HELD] = early.handover()  # the runtime keeps those that came so far
     os.execv(sys.executable, runtime)
 
 

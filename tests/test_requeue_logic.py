@@ -482,3 +482,26 @@ def test_a_request_for_requeue_reaches_the_runtime_through_a_launcher_that_exits
     run = TrialRun(sweep, 0, config=config, under_slurm=True)
     run.start()
     assert run.wait() == 1 and read_json(sweep.status(tid))["state"] == "FAILED"
+
+
+def test_signals_held_before_an_exec_are_handed_to_the_runtime():
+    """`python -m slurmkit.standalone` holds signals while it builds the sweep directory, then
+    execs the runtime: what came by then goes on through SLURMKIT_HELD_SIGNALS."""
+    proc = _python("""
+import os, signal, subprocess, sys
+from slurmkit.runtime import early
+early.hold()
+os.kill(os.getpid(), signal.SIGUSR2)
+env = {**os.environ, early.ENV_HELD: early.handover()}
+after = '''
+import os, signal
+from slurmkit.runtime import early
+early.hold()
+assert early.ENV_HELD not in os.environ
+got = []
+early.release(got.append, {signal.SIGTERM, signal.SIGUSR2})
+assert got == [signal.SIGUSR2], got
+'''
+sys.exit(subprocess.run([sys.executable, "-c", after], env=env).returncode)
+""")
+    assert proc.returncode == 0, proc.stderr

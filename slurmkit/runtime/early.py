@@ -14,6 +14,9 @@ from collections.abc import Callable
 
 # TERM and INT, and every requeue signal a spec may name (spec.model.SIGNALS)
 NAMES = ("TERM", "INT", "USR2", "USR1", "URG", "HUP", "ALRM", "PWR", "XCPU")
+# Signals a process that held them handed on through exec (``python -m slurmkit.standalone``
+# builds the sweep directory, then becomes the runtime): their numbers, comma-separated.
+ENV_HELD = "SLURMKIT_HELD_SIGNALS"
 _came: list[int] = []
 _holding: list[bool] = []
 
@@ -23,10 +26,16 @@ def _keep(signum: int, _frame: object) -> None:
 
 
 def hold() -> None:
-    """Keep these signals from now on, until :func:`release`."""
+    """Keep these signals from now on, until :func:`release` (and those handed on to it)."""
     for name in NAMES:
         signal.signal(getattr(signal, f"SIG{name}"), _keep)
+    _came.extend(int(n) for n in os.environ.pop(ENV_HELD, "").split(",") if n.isdigit())
     _holding.append(True)
+
+
+def handover() -> str:
+    """The signals kept so far, for :data:`ENV_HELD` before an exec."""
+    return ",".join(str(n) for n in _came)
 
 
 def release(handler: Callable[[int], None], stop: set[int]) -> None:
