@@ -13,6 +13,8 @@ ALREADY_REQUEUED = 76
 
 # The signal that asks a trial to checkpoint and stop, as a name without "SIG" (e.g. USR2).
 ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"
+# The requeue signals a spec may name (Slurm's --signal, without "SIG").
+SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
 # The path of the spec's dataset NAME in a trial: SLURMKIT_DATA_<NAME> (and SLURMKIT_DATA alone
 # when the spec has one dataset).
 ENV_DATA = "SLURMKIT_DATA"

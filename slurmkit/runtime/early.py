@@ -12,8 +12,10 @@ import os
 import signal
 from collections.abc import Callable
 
-# TERM and INT, and every requeue signal a spec may name (spec.model.SIGNALS)
-NAMES = ("TERM", "INT", "USR2", "USR1", "URG", "HUP", "ALRM", "PWR", "XCPU")
+from ..core.contract import SIGNALS
+
+# TERM, and every requeue signal a spec may name (INT among them)
+NAMES = ("TERM", *SIGNALS)
 # Signals a process that held them handed on through exec (``python -m slurmkit.standalone``
 # builds the sweep directory, then becomes the runtime): their numbers, comma-separated.
 ENV_HELD = "SLURMKIT_HELD_SIGNALS"

@@ -75,7 +75,6 @@ DATA_KEYS = ("src", "dst", "cache", "name", "cache_dir")
 DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
 CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
 # Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
-SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
 RESOURCE_KEYS = (
     "partition",
     "time",

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import slurmtime
+from ..core.contract import SIGNALS
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import MAX_SWEEP_SIZE, parse_value
@@ -31,7 +32,6 @@ from .model import (
     LOGS_KEYS,
     REQUEUE_KEYS,
     RESOURCE_KEYS,
-    SIGNALS,
     SRUN_OPTIONS,
     TOP_KEYS,
     TORCHRUN_KEYS,
