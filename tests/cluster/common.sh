@@ -2,6 +2,14 @@
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 DIR=${SLURMKIT_TEST_CLUSTER_DIR:-/tmp/slurmkit-cluster}
 CONF=$DIR/slurm.conf
+# A second cluster on the same host needs its own directory and ports: every port below moves by
+# SLURMKIT_TEST_CLUSTER_PORT_OFFSET (default 0; e.g. 100 for a second one, 200 for a third).
+OFFSET=${SLURMKIT_TEST_CLUSTER_PORT_OFFSET:-0}
+[[ $OFFSET =~ ^[0-9]+$ ]] && ((OFFSET < 10000)) || { echo "SLURMKIT_TEST_CLUSTER_PORT_OFFSET: want 0-9999, got '$OFFSET'" >&2; exit 2; }
+CTLD_PORT=$((16817 + OFFSET))
+DBD_PORT=$((16819 + OFFSET))
+DB_PORT=$((16306 + OFFSET))
+SLURMD_PORTS="$((17001 + OFFSET))-$((17004 + OFFSET))"
 export SLURM_CONF=$CONF
 NODES=(n1 n2 n3 n4)
 MUNGE_PID=$DIR/munge/munged.pid

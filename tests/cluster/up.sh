@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start the private 4-node Slurm test cluster, or confirm that it already runs.
 # Usage: up.sh [--accounting]   (or SLURMKIT_TEST_ACCOUNTING=1)
-# State lives in $SLURMKIT_TEST_CLUSTER_DIR (default /tmp/slurmkit-cluster). Progress goes to
+# State lives in $SLURMKIT_TEST_CLUSTER_DIR (default /tmp/slurmkit-cluster), ports move by
+# $SLURMKIT_TEST_CLUSTER_PORT_OFFSET (common.sh). Progress goes to
 # stderr; the last stdout line is the path for SLURM_CONF. Exit 3: the cluster cannot be
 # started here (not root, packages missing and not installable, no namespaces); the reason is
 # the last line on stderr.
@@ -19,8 +20,6 @@ done
 TIMEOUT=${SLURMKIT_TEST_CLUSTER_TIMEOUT:-60}
 HOST=$(hostname -s)
 MUNGE_SOCKET=$DIR/munge/munged.sock
-DBD_PORT=16819
-DB_PORT=16306
 DB_SOCKET=$DIR/mysql.sock
 
 say() { echo "up.sh: $*" >&2; }
@@ -61,6 +60,8 @@ AccountingStoreFlags=job_comment"
   t=$(<"$HERE/slurm.conf.in")
   t=${t//@DIR@/"$DIR"}
   t=${t//@HOST@/"$HOST"}
+  t=${t//@CTLD_PORT@/"$CTLD_PORT"}
+  t=${t//@SLURMD_PORTS@/"$SLURMD_PORTS"}
   printf '%s\n' "${t//@ACCOUNTING@/"$acct"}"
 }
 
@@ -224,7 +225,7 @@ else
     node_ns "$(pid_of "$RUN/slurmd-$n.pid" slurmd)" >"$RUN/slurmd-$n.ns"
   done
   wait_for "$TIMEOUT" "${#NODES[*]} idle nodes" all_idle
-  echo "export SLURM_CONF=$CONF SLURMKIT_TEST_CLUSTER_DIR=$DIR" >"$DIR/env.sh"
+  echo "export SLURM_CONF=$CONF SLURMKIT_TEST_CLUSTER_DIR=$DIR SLURMKIT_TEST_CLUSTER_PORT_OFFSET=$OFFSET" >"$DIR/env.sh"
   say "cluster up in $(((${EPOCHREALTIME/./} - start) / 1000)) ms ($(slurmctld -V))"
 fi
 echo "$CONF"
