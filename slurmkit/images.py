@@ -33,7 +33,10 @@ def import_image(image: str, directory: str) -> Staged:
         raise UserError(f"{image!r}: {exc}", key="URI") from None
     if uri.startswith(("/", ".")):
         raise UserError(f"{image!r} is a path, not a registry image", key="URI")
-    target = os.path.join(os.path.abspath(directory), staged_name(uri))
+    directory = os.path.abspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise UserError(f"{directory} exists and is not a directory", key="--to")
+    target = os.path.join(directory, staged_name(uri))
     if os.path.isfile(target):
         return Staged(target, created=False)
     if shutil.which("enroot") is None:

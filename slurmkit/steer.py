@@ -84,15 +84,27 @@ def _rank(value: Any) -> int:
 
 
 def find_trial(root: str, ref: str) -> dict[str, Any]:
-    """The manifest row of a trial given by index or by a unique prefix of its id."""
+    """The manifest row of a trial given by index or by a unique prefix of its id.
+
+    Digits are an index. Digits past the last index that begin some trial's id are an error
+    naming both readings (never silently that trial), unless they are a whole id."""
     sweep = store.open_sweep(root)
     rows = store.manifest(sweep)
-    if ref.isdigit() and int(ref) < len(rows):
+    index = ref.isascii() and ref.isdigit()
+    if index and int(ref) < len(rows):
         row = rows[int(ref)]
         if row is None:
             raise UserError(f"trial {ref}'s line of {sweep.manifest} is damaged", key="TRIAL")
         return row
     matches = [r for r in rows if r is not None and r["id"].startswith(ref)]
+    if index and matches and not (len(matches) == 1 and matches[0]["id"] == ref):
+        ids = ", ".join(r["id"] for r in matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise UserError(
+            f"no trial {ref}: the sweep's indexes are 0..{len(rows) - 1}, and digits are an "
+            f"index, though the id of {ids} starts with {ref!r}",
+            key="TRIAL",
+            hint="for a trial by its id, give its id up to a letter, or the whole id",
+        )
     if len(matches) == 1:
         return matches[0]
     raise UserError(

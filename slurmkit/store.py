@@ -154,7 +154,7 @@ def record_submission(sweep: SweepDir, record: dict[str, Any]) -> int:
     while True:
         path = _submission_path(sweep, number)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             number += 1
             continue

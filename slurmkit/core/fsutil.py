@@ -22,16 +22,18 @@ def _unique(directory: str, prefix: str, create: Callable[[str], T]) -> tuple[st
 
 
 def make_temp_dir(directory: str, prefix: str) -> str:
-    """A new empty directory, like ``tempfile.mkdtemp``."""
-    return _unique(directory, prefix, lambda path: os.mkdir(path, 0o700))[0]
+    """A new empty directory, like ``tempfile.mkdtemp`` but with the mode the user's umask gives
+    (it is renamed into place on a shared filesystem, where teammates read it)."""
+    return _unique(directory, prefix, lambda path: os.mkdir(path, 0o777))[0]
 
 
 def atomic_write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a mix."""
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a mix.
+    The file gets the mode the user's umask gives, as ``open(path, "w")`` would."""
     tmp, fd = _unique(
         os.path.dirname(path) or ".",
         ".tmp-",
-        lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+        lambda p: os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
     )
     try:
         with os.fdopen(fd, "wb") as fh:

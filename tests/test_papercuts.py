@@ -1,0 +1,87 @@
+"""What a new user trips over (issue 23): each fixed, each held here."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from slurmkit import spec as spec_mod
+from slurmkit import steer, store
+from slurmkit.errors import UserError
+from slurmkit.plan import expand, make
+
+
+def _sweep(tmp_path: Path, count: int) -> Path:
+    """A sweep directory of ``count`` trials, written as a submit writes it (nothing runs)."""
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(f"command: x\nparams: {{a: 'range(0,{count})'}}\n")
+    s = spec_mod.load(str(spec_path))
+    return Path(store.create(make(s, expand(s), str(tmp_path)), str(tmp_path / "runs" / "s")).root)
+
+
+def _modes(root: Path) -> dict[str, int]:
+    found = {str(root): stat.S_IMODE(root.stat().st_mode)}
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(base, name)
+            found[path] = stat.S_IMODE(os.lstat(path).st_mode)
+    return found
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_sweep_directory_follows_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        root = _sweep(tmp_path, 2)
+        store.record_submission(store.open_sweep(str(root)), {"backend": "local"})
+    finally:
+        os.umask(old)
+    modes = _modes(root)
+    assert len(modes) > 6
+    for path, mode in modes.items():
+        want = (0o777 if os.path.isdir(path) else 0o666) & ~umask
+        assert mode == want, f"{path}: {oct(mode)}, want {oct(want)} under umask {oct(umask)}"
+
+
+def _ids(root: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in (root / "trials.jsonl").read_text().splitlines()]
+
+
+def test_digits_past_the_last_index_are_never_silently_an_id_prefix(tmp_path):
+    root = _sweep(tmp_path, 40)
+    ids = _ids(root)
+    assert steer.find_trial(str(root), "7")["id"] == ids[7]
+    # a digit that begins some id, past the last index (40..99 as two digits, or 1-9 with ids)
+    taken = {i[:2] for i in ids if i[:2].isdigit() and int(i[:2]) >= 40}
+    assert taken, "40 random ids: some begin with two digits >= 40"
+    ref = sorted(taken)[0]
+    with pytest.raises(UserError) as info:
+        steer.find_trial(str(root), ref)
+    text = str(info.value)
+    assert f"no trial {ref}" in text and "0..39" in text and "starts with" in text
+    whole = next(i for i in ids if i.startswith(ref))
+    assert steer.find_trial(str(root), whole)["id"] == whole  # the whole id always works
+    letter = next(i for i in ids if not i[:1].isdigit())
+    assert steer.find_trial(str(root), letter[:3])["id"] == letter  # an id prefix with a letter
+
+
+def test_logs_of_an_index_past_the_end_names_both_readings(tmp_path):
+    root = _sweep(tmp_path, 40)
+    ref = sorted({i[:2] for i in _ids(root) if i[:2].isdigit() and int(i[:2]) >= 40})[0]
+    ran = run_cli("logs", str(root), ref)
+    assert ran.returncode == 2, ran.stderr
+    assert f"no trial {ref}" in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_image_import_to_a_file_is_a_clear_error(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x\n")
+    ran = run_cli("image", "import", "nvcr.io/x:1", "--to", str(plain))
+    assert ran.returncode == 2, ran.stderr
+    assert f"{plain} exists and is not a directory" in ran.stderr
+    assert "Traceback" not in ran.stderr and plain.read_text() == "x\n"
