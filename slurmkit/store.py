@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
+from .core.arrays import array_bounds
 from .core.fsutil import Damaged, atomic_write_json, make_temp_dir, read_json, read_record
 from .core.layout import SweepDir
 from .core.lock import Lock, LockBusy
@@ -189,12 +190,13 @@ def _submission_path(sweep: SweepDir, number: int) -> str:
 def submissions(sweep: SweepDir, warnings: list[str] | None = None) -> list[dict[str, Any]]:
     """All submissions, oldest first; a damaged record is left out (and said in ``warnings``)."""
     names = sorted(n for n in _entries(sweep.submissions) if n.endswith(".json"))
-    out = []
+    out: list[dict[str, Any]] = []
+    trials = _trial_count(sweep) if names else 0
     for name in names:
         path = os.path.join(sweep.submissions, name)
         try:
             record = load_record(path)
-            why = _malformed(record) if record is not None else None
+            why = _malformed(record, trials) if record is not None else None
             if why:
                 raise Damaged(path, why)
         except Damaged as exc:
@@ -341,14 +343,32 @@ def _entries(directory: str) -> list[str]:
         ) from None
 
 
-def _malformed(record: dict[str, Any]) -> str | None:
+def _trial_count(sweep: SweepDir) -> int:
+    """How many lines ``trials.jsonl`` has (the trials a submission may name), read as bytes."""
+    try:
+        with open(sweep.manifest, "rb") as fh:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except OSError:
+        return 0
+
+
+def _beyond(spec: str, offset: int, trials: int) -> bool:
+    """Whether array ``spec`` (task ``t`` runs trial ``offset + t``) names a trial past the last."""
+    count, largest = array_bounds(spec)
+    return count > trials or offset + largest >= trials
+
+
+def _malformed(record: dict[str, Any], trials: int) -> str | None:
     """Why a submission record cannot be what a backend wrote (None: it can): the fields the
-    backends read (``backend``, local ``indices``, Slurm ``jobs``) have other types."""
+    backends read (``backend``, local ``indices``, Slurm ``jobs``) have other types, or name
+    trials past the ``trials`` the manifest lists."""
     if not isinstance(record.get("backend", ""), str):
         return "its backend is not a name"
     indices = record.get("indices")
     if indices and not (isinstance(indices, str) and _ARRAY.match(indices)):
         return f"its indices {indices!r} are not an array spec"
+    if indices and _beyond(indices, 0, trials):
+        return f"its indices {indices!r} name trials past the {trials} of the sweep"
     jobs = record.get("jobs", [])
     if not isinstance(jobs, list) or not all(
         isinstance(job, dict)
@@ -359,6 +379,8 @@ def _malformed(record: dict[str, Any]) -> str | None:
         for job in jobs
     ):
         return "its jobs are not a list of {job_id, offset, array} records"
+    if any(_beyond(job["array"], job["offset"], trials) for job in jobs):
+        return f"its jobs name array tasks past the {trials} trials of the sweep"
     return None
 
 

@@ -85,3 +85,52 @@ def test_image_import_to_a_file_is_a_clear_error(tmp_path):
     assert ran.returncode == 2, ran.stderr
     assert f"{plain} exists and is not a directory" in ran.stderr
     assert "Traceback" not in ran.stderr and plain.read_text() == "x\n"
+
+
+def test_the_submit_message_shows_the_scripts_own_array_option(tmp_path):
+    from slurmkit.backends.slurm import described
+    from slurmkit.render import scripts
+
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text("command: x\nparams: {a: 'range(0,12)'}\nmax_parallel: 4\n")
+    s = spec_mod.load(str(spec_path))
+    plan = make(s, expand(s), str(tmp_path))
+    rendered = scripts(plan, list(range(12)), 5, "/r")
+    jobs = [{"job_id": str(412 + n), "array": c.array_spec()} for n, (c, _) in enumerate(rendered)]
+    said = described(jobs, s.max_parallel)
+    for job, (_, text) in zip(jobs, rendered):
+        option = next(ln for ln in text.splitlines() if ln.startswith("#SBATCH --array="))
+        assert f"{job['job_id']} ({option.removeprefix('#SBATCH ')})" in said
+    assert said.startswith("as job array 412 (--array=0-4%4)")
+
+
+@pytest.mark.parametrize("array", ["0-99999999999999", "0-3,5-4000000000:1", "0-1%2"])
+def test_a_submission_record_naming_huge_arrays_is_damaged_not_a_memory_error(tmp_path, array):
+    root = _sweep(tmp_path, 3)
+    sweep = store.open_sweep(str(root))
+    store.record_submission(
+        sweep, {"backend": "slurm", "jobs": [{"job_id": "7", "offset": 2, "array": array}]}
+    )
+    warnings: list[str] = []
+    assert store.submissions(sweep, warnings) == []
+    assert "past the 3 trials" in warnings[0]
+    for argv in (
+        ["status", str(root)],
+        ["results", str(root)],
+        ["cancel", str(root), "--dry-run"],
+        ["sweep", "--resume", str(root), "--backend", "local", "--dry-run"],
+    ):
+        ran = run_cli(*argv)
+        assert "MemoryError" not in ran.stderr and "Traceback" not in ran.stderr, (argv, ran)
+        assert "past the 3 trials" in ran.stderr, (argv, ran.stderr)
+
+
+def test_a_submission_record_within_the_trials_is_kept(tmp_path):
+    root = _sweep(tmp_path, 3)
+    sweep = store.open_sweep(str(root))
+    store.record_submission(sweep, {"backend": "local", "indices": "0-2"})
+    store.record_submission(
+        sweep, {"backend": "slurm", "jobs": [{"job_id": "7", "offset": 1, "array": "0-1%1"}]}
+    )
+    warnings: list[str] = []
+    assert len(store.submissions(sweep, warnings)) == 2 and warnings == []

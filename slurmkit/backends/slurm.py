@@ -123,8 +123,7 @@ class SlurmBackend(Backend):
         store.update_submission(sweep, number, state="submitted", jobs=jobs, **stage)
         recorded()
         result.jobs = jobs
-        arrays = ", ".join(f"{j['job_id']} (--array={j['array']})" for j in jobs)
-        result.described = f"as job array {arrays}"
+        result.described = described(jobs, plan.spec.max_parallel)
         return result
 
     @classmethod
@@ -207,6 +206,13 @@ class _ConfigProbe(Probe):
     def cancel(self) -> None:
         self.command.kill()
 
+
+
+def described(jobs: Sequence[dict[str, Any]], max_parallel: int | None) -> str:
+    """A submission's arrays for people, each with the ``--array`` its script has (the
+    ``%N`` throttle included)."""
+    throttle = f"%{max_parallel}" if max_parallel else ""
+    return "as job array " + ", ".join(f"{j['job_id']} (--array={j['array']}{throttle})" for j in jobs)
 
 def available(tool: str = "sbatch") -> bool:
     """``tool`` is an executable on PATH (what ``shutil.which`` checks, without its imports)."""

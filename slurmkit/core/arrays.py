@@ -24,6 +24,19 @@ def compress(indices: Iterable[int]) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
 
 
+def array_bounds(spec: str) -> tuple[int, int]:
+    """``(count, largest)`` of what :func:`expand_array_spec` would give, without building it:
+    a number read from a damaged file must not cost memory in proportion to it."""
+    count, largest = 0, -1
+    for part in spec.split("%")[0].split(","):
+        rng, _, step = part.partition(":")
+        lo, _, hi = rng.partition("-")
+        span = range(int(lo), int(hi or lo) + 1, int(step or 1))
+        if span:
+            count, largest = count + len(span), max(largest, span[-1])
+    return count, largest
+
+
 def expand_array_spec(spec: str) -> list[int]:
     """Inverse of :func:`compress` (ignores a ``%N`` throttle and ``:step``)."""
     out: list[int] = []
