@@ -207,12 +207,13 @@ class _ConfigProbe(Probe):
         self.command.kill()
 
 
-
 def described(jobs: Sequence[dict[str, Any]], max_parallel: int | None) -> str:
     """A submission's arrays for people, each with the ``--array`` its script has (the
     ``%N`` throttle included)."""
     throttle = f"%{max_parallel}" if max_parallel else ""
-    return "as job array " + ", ".join(f"{j['job_id']} (--array={j['array']}{throttle})" for j in jobs)
+    shown = (f"{j['job_id']} (--array={j['array']}{throttle})" for j in jobs)
+    return "as job array " + ", ".join(shown)
+
 
 def available(tool: str = "sbatch") -> bool:
     """``tool`` is an executable on PATH (what ``shutil.which`` checks, without its imports)."""
