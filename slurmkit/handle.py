@@ -43,6 +43,8 @@ def submit_reported(
             reporter.start(target, where)
         elif target.note:
             print(f"slurmkit: {target.note}", file=sys.stderr)
+            if target.hint:
+                print(f"  hint: {target.hint}", file=sys.stderr)
 
     try:
         return sweep.submit(

@@ -87,6 +87,8 @@ class Reporter:
     def start(self, target: Backend, sweep: SweepDir) -> None:
         if target.note:
             note(target.note)
+        if target.hint:
+            note(f"  hint: {target.hint}")
         if target.runs_here:
             total = sum(1 for _ in sweep.iter_manifest())
             self.progress = _trial_bar()

@@ -134,3 +134,28 @@ def test_a_submission_record_within_the_trials_is_kept(tmp_path):
     )
     warnings: list[str] = []
     assert len(store.submissions(sweep, warnings)) == 2 and warnings == []
+
+
+def test_the_fallback_to_this_machine_says_what_to_check(tmp_path):
+    """sbatch on PATH, no controller answering (as a login node whose slurm.conf is not found):
+    the sweep runs here, and says where to look. Slurm's commands are stand-ins: a real cluster
+    that answers cannot also not answer."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sbatch", "squeue", "sacct"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\necho 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error' >&2\n"
+        "exit 1\n"
+    )
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"command: ['true']\nargs: none\nparams: {{a: [1]}}\noutput_root: {tmp_path}\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_CONF": ""}
+    ran = run_cli("sweep", str(spec), "--wait", env=env)
+    assert ran.returncode == 0, ran.stderr
+    said = " ".join(ran.stderr.split())
+    assert "no Slurm controller answered" in said and "running the sweep on this machine" in said
+    assert "hint: check which cluster this machine asks (SLURM_CONF is unset" in said
+    assert "slurmkit doctor" in said and "--backend slurm fails instead" in said

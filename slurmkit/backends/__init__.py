@@ -12,6 +12,7 @@ the backends load on first use.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ class Choosing:
         self.auto = name == "auto"
         self.probes: list[tuple[str, Probe | SchedulerError]] = []
         self.why = ""  # auto: why the fallback runs the sweep
+        self.asked = False  # auto: a scheduler was there but did not answer
         for candidate in AUTO if self.auto else [name]:
             cls = backend_class(candidate)
             absent = cls.absent() if self.auto else ""
@@ -77,15 +79,27 @@ class Choosing:
             except SchedulerError as exc:
                 if not self.auto:
                     raise
+                self.asked = self.asked or not self.why
                 self.why = self.why or exc.message
         fallback = get(FALLBACK)
         fallback.note = f"{self.why}: running the sweep {fallback.where}"
+        if self.asked:
+            fallback.hint = unanswered_hint(os.environ.get("SLURM_CONF"))
         return fallback
 
     def cancel(self) -> None:
         for _, probe in self.probes:
             if not isinstance(probe, SchedulerError):
                 probe.cancel()
+
+
+def unanswered_hint(conf: str | None) -> str:
+    """What to check when ``sbatch`` is here but no controller answered."""
+    where = f"SLURM_CONF={conf}" if conf else "SLURM_CONF is unset, so /etc/slurm/slurm.conf"
+    return (
+        f"check which cluster this machine asks ({where}), `scontrol ping`, and "
+        "`slurmkit doctor`; --backend slurm fails instead of running here"
+    )
 
 
 def choose(name: str) -> Backend:

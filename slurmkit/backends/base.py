@@ -110,6 +110,7 @@ class Backend(ABC):
         self.max_array_size = max_array_size  # array task ids stay below it
         self.max_jobs = max_jobs  # how many jobs (array tasks) the scheduler holds at once
         self.note = note  # why it was chosen, for people
+        self.hint = ""  # what to check when ``note`` says why a fallback runs the sweep
 
     @classmethod
     def absent(cls) -> str:
