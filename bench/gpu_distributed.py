@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurmkit.core.rendezvous import PORT_BASE, PORT_SPAN  # noqa: E402
+from slurmkit.core.rendezvous import local_port_range, port_span  # noqa: E402
 
 GPU_SIZES = [1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 CPU_SIZES = [4 << 10, 64 << 10, 1 << 20]
@@ -153,14 +154,17 @@ def clean_env(cpu: bool) -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    """A free TCP port that ``10000 + job_id % 50000`` can name."""
-    while True:
+def free_job_id() -> int:
+    """A job id whose rendezvous port (:func:`slurmkit.core.rendezvous.job_port`) is free here."""
+    first, count = port_span(local_port_range())
+    for job_id in random.sample(range(count), 200):
         with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        if PORT_BASE <= port < PORT_BASE + PORT_SPAN:
-            return port
+            try:
+                s.bind(("", first + job_id))
+            except OSError:
+                continue
+        return job_id
+    raise SystemExit("no free rendezvous port")
 
 
 def node_name() -> str:
@@ -194,7 +198,7 @@ def collect(out: str, procs: int) -> list[dict]:
 
 
 def launch_slurmkit(args: argparse.Namespace, out: str) -> list[dict]:
-    job_id = free_port() - PORT_BASE
+    job_id = free_job_id()
     node = node_name()
     step = {
         "SLURM_JOB_ID": str(job_id),

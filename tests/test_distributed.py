@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from slurmkit.core.rendezvous import first_host
+from slurmkit.core.rendezvous import first_host, job_port
 from slurmkit.runtime.distributed import RankInfo, rank_info, tasks_per_node
 
 # What srun gave task 3 of `sbatch --nodes=2 --ntasks-per-node=2` on the test cluster (job 92).
@@ -70,7 +70,7 @@ def test_slurm_task():
 
 def test_slurm_port_wraps_and_gpus_pick_the_device():
     info = rank_info({**SLURM_TASK, "SLURM_JOB_ID": "1234567"}, gpus=2)
-    assert info.master_port == 10000 + 1234567 % 50000
+    assert info.master_port == job_port("1234567")
     assert info.device == "cuda:1"
     assert rank_info(SLURM_TASK, gpus=1).device == "cuda:0"  # one GPU bound per task
 
@@ -306,7 +306,7 @@ def test_srun_two_nodes_two_tasks(slurm_cluster, tmp_path):
     job, results = run_job(slurm_cluster, tmp_path, script, "--nodes=2", "--ntasks-per-node=2")
     check_ranks(results, "srun")
     assert results[0]["master_addr"] == results[0]["host"]  # the step's first node
-    assert results[0]["master_port"] == 10000 + int(job) % 50000
+    assert results[0]["master_port"] == job_port(job)
 
 
 @pytest.mark.cluster

@@ -159,3 +159,38 @@ def test_the_fallback_to_this_machine_says_what_to_check(tmp_path):
     assert "no Slurm controller answered" in said and "running the sweep on this machine" in said
     assert "hint: check which cluster this machine asks (SLURM_CONF is unset" in said
     assert "slurmkit doctor" in said and "--backend slurm fails instead" in said
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "span"),
+    [
+        ((32768, 60999), (10000, 22768)),  # Linux's default: 10000-32767
+        ((49152, 65535), (10000, 39152)),  # IANA's dynamic range
+        ((15000, 61000), (10000, 5000)),  # more room below than above (61001-65535)
+        ((12000, 40000), (40001, 25535)),  # more room above
+        ((1024, 65535), (10000, 50000)),  # no room: the old formula
+    ],
+)
+def test_master_port_stays_out_of_the_ephemeral_range(ephemeral, span):
+    from slurmkit.core.rendezvous import job_port, port_span
+
+    assert port_span(ephemeral) == span
+    first, count = span
+    lo, hi = ephemeral
+    ports = {job_port(str(job), ephemeral) for job in range(0, 2_000_000, 997)}
+    assert min(ports) >= first and max(ports) < first + count <= 65536
+    if count != 50000:
+        assert not any(lo <= p <= hi for p in ports)
+    assert job_port("7", ephemeral) == first + 7
+
+
+def test_the_ephemeral_range_is_read_from_the_node(tmp_path):
+    from slurmkit.core.rendezvous import LINUX_EPHEMERAL, local_port_range
+
+    ranged = tmp_path / "range"
+    ranged.write_text("49152\t65535\n")
+    assert local_port_range(str(ranged)) == (49152, 65535)
+    for bad in ("", "x y", "70000 80000", "9"):
+        ranged.write_text(bad)
+        assert local_port_range(str(ranged)) == LINUX_EPHEMERAL
+    assert local_port_range(str(tmp_path / "missing")) == LINUX_EPHEMERAL

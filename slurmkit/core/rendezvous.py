@@ -14,13 +14,39 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-PORT_BASE = 10000
-PORT_SPAN = 50000
+PORT_BASE = 10000  # below it: the ports of well-known services
+PORT_FALLBACK_SPAN = 50000  # where the ephemeral range leaves no room (it covers 10000-65535)
+EPHEMERAL_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LINUX_EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range
 
 
-def job_port(job_id: str) -> int:
-    """The rendezvous port of a Slurm job: the same on every node, different for other jobs."""
-    return PORT_BASE + int(job_id) % PORT_SPAN
+def local_port_range(path: str = EPHEMERAL_FILE) -> tuple[int, int]:
+    """This node's ephemeral port range (where the kernel picks outgoing connections' ports);
+    Linux's default when it cannot be read."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            lo, hi = (int(x) for x in fh.read().split())
+    except (OSError, ValueError):
+        return LINUX_EPHEMERAL
+    return (lo, hi) if 0 < lo <= hi <= 65535 else LINUX_EPHEMERAL
+
+
+def port_span(ephemeral: tuple[int, int]) -> tuple[int, int]:
+    """``(first, count)``: the widest run of ports from PORT_BASE up that the ephemeral range
+    leaves free (below it, else above it). Under Linux's default: 10000-32767."""
+    lo, hi = ephemeral
+    below = (PORT_BASE, lo - PORT_BASE)
+    above = (max(hi + 1, PORT_BASE), 65536 - max(hi + 1, PORT_BASE))
+    first, count = max(below, above, key=lambda span: span[1])
+    return (first, count) if count >= 1000 else (PORT_BASE, PORT_FALLBACK_SPAN)
+
+
+def job_port(job_id: str, ephemeral: tuple[int, int] | None = None) -> int:
+    """The rendezvous port of a Slurm job: the same on every node (whose ephemeral ranges
+    agree, as on one cluster), different for other jobs, and outside the ephemeral range, so
+    that no outgoing connection already holds it."""
+    first, count = port_span(ephemeral or local_port_range())
+    return first + int(job_id) % count
 
 
 def first_host(nodelist: str) -> str:
