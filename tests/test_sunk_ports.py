@@ -28,7 +28,8 @@ Lines every port shares, mapped once here:
 - ``set -e...``, ``echo``: none (no shell runs the command).
 - ``MASTER_ADDR=$(scontrol show hostnames ... | head -n1)``: the runtime's (the first node);
   ``MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))``: the runtime's port is
-  ``10000 + job id % 22768`` instead (below the node's ephemeral ports). Only the rendezvous reads it, so any free port does.
+  ``10000 + job id % 22768`` instead (below the node's ephemeral ports). Only the rendezvous
+  reads it, so any free port does.
 - No requeue in the originals: the benchmarks say ``requeue: {enabled: false}``
   (``--no-requeue``); the two training scripts keep slurmkit's requeue (``--requeue``,
   ``--signal=B:USR2@120``), which they gain.
