@@ -336,11 +336,11 @@ def sweep(
         from .sweepstate import wait as until_done
 
         if as_json:
-            final = until_done(lambda: collect(result.sweep_dir))
+            final = until_done(lambda: collect(result.sweep_dir, with_metrics=False))
         else:
             from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
-            final = ui.follow(lambda: collect(result.sweep_dir))
+            final = ui.follow(lambda: collect(result.sweep_dir, with_metrics=False))
             ui.print_summary(final)
         sys.exit(0 if final.ok else 1)
 

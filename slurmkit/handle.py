@@ -155,7 +155,7 @@ class Sweep:
         """Every trial's state, from its status file and one scheduler query."""
         from .sweepstate import collect
 
-        return collect(self.sweep_dir, with_metrics=True)
+        return collect(self.sweep_dir)
 
     def results(
         self, sort: str | None = None, desc: bool = False, *, as_frame: bool = False
@@ -180,7 +180,7 @@ class Sweep:
         ``SLURMKIT_POLL_INTERVAL``, else 10, at least 1); with ``progress``, a progress bar
         (rich draws it in notebooks too)."""
         from .backends import pollcache
-        from .sweepstate import collect
+        from .sweepstate import add_metrics, collect
         from .sweepstate import wait as until_done
 
         if interval is None:
@@ -188,11 +188,15 @@ class Sweep:
         if not (interval > 0):
             raise UserError(f"interval must be > 0 seconds, not {interval!r}", key="interval")
         root = self.sweep_dir
+
+        def poll() -> SweepStatus:  # the loop shows no metrics: the last answer has them
+            return collect(root, with_metrics=False)
+
         if not progress:
-            return until_done(lambda: collect(root), interval)
+            return add_metrics(until_done(poll, interval))
         from . import ui  # rich
 
-        return ui.follow(lambda: collect(root), interval)
+        return add_metrics(ui.follow(poll, interval))
 
     def cancel(self) -> Cancelled:
         """Cancel every queued and running trial (one scancel)."""

@@ -226,7 +226,7 @@ def _wait(root: str, ready: Callable[[], bool], deadline: float) -> str | None:
         if ready():
             return READY
         try:
-            trial = collect(root).trials[0]
+            trial = collect(root, with_metrics=False).trials[0]
         except SchedulerError:  # the controller is briefly away: ask again
             trial = None
         if trial is not None and trial.state in states.FINAL:

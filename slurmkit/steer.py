@@ -30,7 +30,7 @@ def results_table(
     A metric named like a parameter or a fixed column is the column ``metrics.NAME``. With
     ``sort_key``, NaN and then missing values come last, whatever the direction.
     """
-    current = collect(root, with_metrics=True)
+    current = collect(root)
     param_cols: dict[str, None] = {}  # ordered sets: first seen first
     metric_names: dict[str, None] = {}
     for t in current.trials:
@@ -230,7 +230,7 @@ def cancel(root: str, dry_run: bool = False) -> Cancelled:
     sweep = store.open_sweep(root)
     lock = store.locked(sweep, "cancel") if not dry_run else None
     try:
-        current = collect(root, fresh=True)
+        current = collect(root, with_metrics=False, fresh=True)
         live_jobs = {t.job for t in current.trials if t.job and t.state in states.ACTIVE}
         stopped = backends.cancel_all(store.submissions(sweep), live_jobs, dry_run)
         warnings = current.warnings

@@ -136,7 +136,7 @@ def _resume(
     """:func:`resume` with the sweep's lock held (not for a dry run)."""
     from .sweepstate import collect  # ~1 ms: only a resume reads the sweep's state
 
-    current = collect(sweep.root, fresh=True)  # what to submit again: no cached answer
+    current = collect(sweep.root, with_metrics=False, fresh=True)  # no cached answer
     todo = [
         t.index
         for t in current.trials

@@ -71,8 +71,10 @@ class SweepStatus:
         }
 
 
-def collect(root: str, *, with_metrics: bool = False, fresh: bool = False) -> SweepStatus:
-    """The state of every trial of the sweep at ``root``. A damaged file (status, metrics,
+def collect(root: str, *, with_metrics: bool = True, fresh: bool = False) -> SweepStatus:
+    """The state of every trial of the sweep at ``root``, with each started trial's latest
+    metrics (``with_metrics=False``: without them, one file less per trial, for loops that
+    poll and show no metrics; :func:`add_metrics` fills them in later). A damaged file (status, metrics,
     manifest line, submission record, sweep.json) costs only what it holds: the trial shows
     as DAMAGED, and ``warnings`` names the file. The scheduler's answer may be up to
     ``SLURMKIT_POLL_INTERVAL`` seconds old (one query per interval for all of the user's
@@ -102,6 +104,16 @@ def collect(root: str, *, with_metrics: bool = False, fresh: bool = False) -> Sw
         trials.append(t)
     name = config.get("name") if isinstance(config.get("name"), str) else None
     return SweepStatus(sweep.root, name or os.path.basename(sweep.root), trials, warnings)
+
+
+def add_metrics(current: SweepStatus) -> SweepStatus:
+    """``current`` (collected without metrics) with each trial's latest metrics, as
+    :func:`collect` gives them by default."""
+    sweep = store.open_sweep(current.sweep_dir)
+    for t in current.trials:
+        if t.id and not t.metrics and t.state != states.DAMAGED:
+            t.metrics = store.metrics(sweep, t.id, current.warnings)
+    return current
 
 
 class Seen(NamedTuple):

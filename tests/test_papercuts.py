@@ -194,3 +194,24 @@ def test_the_ephemeral_range_is_read_from_the_node(tmp_path):
         ranged.write_text(bad)
         assert local_port_range(str(ranged)) == LINUX_EPHEMERAL
     assert local_port_range(str(tmp_path / "missing")) == LINUX_EPHEMERAL
+
+
+def test_metrics_are_the_same_whichever_way_the_status_is_reached(tmp_path):
+    import slurmkit
+    from conftest import PAYLOAD, local_sweep
+
+    proc, result = local_sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n")
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    root = result["sweep_dir"]
+    sw = slurmkit.Sweep.open(root)
+    ways = {
+        "slurmkit.status": slurmkit.status(root),
+        "Sweep.status": sw.status(),
+        "Sweep.wait": sw.wait(progress=False, interval=1),
+        "Sweep.wait(progress)": sw.wait(progress=True, interval=1),
+    }
+    seen = {way: [t.metrics for t in got.trials] for way, got in ways.items()}
+    assert all(m and "score" in m for m in seen["Sweep.status"]), seen
+    assert all(metrics == seen["Sweep.status"] for metrics in seen.values()), seen
+    cheap = slurmkit.status(root, with_metrics=False)
+    assert [t.metrics for t in cheap.trials] == [{}, {}]  # the opt-out
