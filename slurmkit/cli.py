@@ -1,6 +1,6 @@
 """The ``slurmkit`` command: thin click commands over the library; heavy imports inside them.
 
-Exit codes: 0 ok, 1 failed (a trial, the scheduler), 2 usage error (bad spec or arguments).
+Exit codes: 0 ok, 1 failed (a trial, the scheduler), 2 usage error (bad input; README's table).
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ class SweepStatus:
 def collect(root: str, *, with_metrics: bool = True, fresh: bool = False) -> SweepStatus:
     """The state of every trial of the sweep at ``root``, with each started trial's latest
     metrics (``with_metrics=False``: without them, one file less per trial, for loops that
-    poll and show no metrics; :func:`add_metrics` fills them in later). A damaged file (status, metrics,
-    manifest line, submission record, sweep.json) costs only what it holds: the trial shows
+    poll and show no metrics; :func:`add_metrics` fills them in later). A damaged file (status,
+    metrics, manifest line, submission record, sweep.json) costs only what it holds: the trial shows
     as DAMAGED, and ``warnings`` names the file. The scheduler's answer may be up to
     ``SLURMKIT_POLL_INTERVAL`` seconds old (one query per interval for all of the user's
     callers: :mod:`slurmkit.backends.pollcache`), unless ``fresh``."""

@@ -197,8 +197,9 @@ def test_the_ephemeral_range_is_read_from_the_node(tmp_path):
 
 
 def test_metrics_are_the_same_whichever_way_the_status_is_reached(tmp_path):
-    import slurmkit
     from conftest import PAYLOAD, local_sweep
+
+    import slurmkit
 
     proc, result = local_sweep(tmp_path, f"command: [python, {PAYLOAD}]\nparams: {{x: [1, 2]}}\n")
     assert proc.returncode == 0 and result is not None, proc.stderr
@@ -215,3 +216,108 @@ def test_metrics_are_the_same_whichever_way_the_status_is_reached(tmp_path):
     assert all(metrics == seen["Sweep.status"] for metrics in seen.values()), seen
     cheap = slurmkit.status(root, with_metrics=False)
     assert [t.metrics for t in cheap.trials] == [{}, {}]  # the opt-out
+
+
+def _table_rows() -> dict[int, str]:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme.split("<!-- exit-codes -->")[1].split("<!-- /exit-codes -->")[0]
+    rows = [ln.split("|")[1:-1] for ln in table.strip().splitlines()[2:]]
+    return {
+        int(code): " ".join(f"{meaning} {examples}".split()) for code, meaning, examples in rows
+    }
+
+
+def _stand_ins(tmp_path: Path, scontrol: str, sbatch: str = "exit 1") -> dict[str, str]:
+    """Slurm's commands as stand-ins (only for what a real cluster cannot do on demand)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool, body in {"scontrol": scontrol, "sbatch": sbatch, "squeue": "exit 0"}.items():
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_CONF": ""}
+
+
+def _spec(tmp_path: Path, command: str, extra: str = "") -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"command: {command}\nargs: none\nparams: {{a: [1, 2]}}\n{extra}")
+    return str(path)
+
+
+def _done(tmp_path: Path, command: str) -> tuple[int, str]:
+    """A local sweep run to its end: its exit code and its directory."""
+    runs = tmp_path / "runs"
+    ran = run_cli("sweep", _spec(tmp_path, command, f"output_root: {runs}\n"), "--backend", "local")
+    return ran.returncode, str(next(runs.iterdir()))
+
+
+def _cancelled(tmp_path: Path) -> str:
+    import subprocess
+    import sys
+    import time
+
+    runs = tmp_path / "runs"
+    spec = _spec(tmp_path, "[sleep, '60']", f"output_root: {runs}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "slurmkit.cli", "sweep", spec, "--backend", "local"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not list(runs.glob("*/trials/*/status.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    root = str(next(runs.iterdir()))
+    assert run_cli("cancel", root).returncode == 0
+    proc.wait(timeout=60)
+    return root
+
+
+ROWS = [
+    (0, "sweep --wait whose trials all COMPLETED"),
+    (0, "status of a sweep with no trial ended unsuccessfully"),
+    (1, "status or sweep --wait with a trial FAILED"),
+    (1, "status after your own cancel"),
+    (1, "--backend slurm with no controller answering"),
+    pytest.param(1, "Slurm refusing a job for what the cluster lacks", marks=pytest.mark.cluster),
+    (2, "a bad spec key"),
+    pytest.param(2, "a partition Slurm refuses", marks=pytest.mark.cluster),
+    (2, "a path that is not a sweep directory"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("code", "row"), ROWS)
+def test_every_row_of_the_exit_code_table(request, tmp_path, code, row):
+    assert row.replace("`", "") in _table_rows()[code].replace("`", "")
+    codes: list[int] = []
+    if row.startswith("sweep --wait"):
+        codes.append(_done(tmp_path, "['true']")[0])
+    elif row.startswith("status of a sweep"):
+        codes.append(run_cli("status", _done(tmp_path, "['true']")[1]).returncode)
+    elif "FAILED" in row:
+        failed, root = _done(tmp_path, "['false']")
+        codes += [failed, run_cli("status", root).returncode]
+    elif "cancel" in row:
+        root = _cancelled(tmp_path)
+        status = run_cli("status", root, "--json")
+        assert {t["state"] for t in json.loads(status.stdout)["trials"]} <= {
+            "CANCELLED",
+            "TERMINATED",
+        }, status.stdout
+        codes.append(status.returncode)
+    elif "no controller" in row:
+        env = _stand_ins(tmp_path, "echo 'scontrol: error: resolve_ctls_from_dns_srv' >&2; exit 1")
+        spec = _spec(tmp_path, "['true']", f"output_root: {tmp_path}/runs\n")
+        codes.append(run_cli("sweep", spec, "--backend", "slurm", env=env).returncode)
+    elif "lacks" in row or "partition" in row:
+        request.getfixturevalue("slurm_cluster")
+        key = "resources.mem=100G" if "lacks" in row else "resources.partition=nosuch"
+        spec = _spec(tmp_path, "['true']", f"output_root: {tmp_path}/runs\n")
+        ran = run_cli("sweep", spec, key, "--backend", "slurm")
+        assert "Slurm refused the job" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr
+        codes.append(ran.returncode)
+    elif "spec key" in row:
+        codes.append(run_cli("sweep", _spec(tmp_path, "['true']", "nope: 1\n")).returncode)
+    else:
+        codes.append(run_cli("status", str(tmp_path)).returncode)
+    assert codes and set(codes) == {code}, (row, codes)
+    assert sorted(_table_rows()) == [0, 1, 2]
