@@ -321,3 +321,35 @@ def test_every_row_of_the_exit_code_table(request, tmp_path, code, row):
         codes.append(run_cli("status", str(tmp_path)).returncode)
     assert codes and set(codes) == {code}, (row, codes)
     assert sorted(_table_rows()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "key"),
+    [
+        ("s.yaml", 'command: [echo]\nparams: {a: ["\\ud83d"]}\n', "params.a.0"),
+        ("s.yaml", 'command: [echo]\nenv: {X: "a\\udc00b"}\n', "env.X"),
+        ("s.json", '{"command": ["echo"], "params": {"a": ["ok", "\\ud83d x"]}}', "params.a.1"),
+        ("s.yaml", 'command: [echo, "\\ude80\\ud83d"]\n', "command.1"),  # a pair backwards
+    ],
+)
+def test_a_lone_surrogate_in_a_spec_is_a_clear_error(tmp_path, name, text, key):
+    path = tmp_path / name
+    path.write_text(text)
+    ran = run_cli("sweep", str(path), "--list")
+    assert ran.returncode == 2, ran.stderr
+    assert f"{path}: {key}: a lone UTF-16 surrogate (U+D" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("s.json", '{"command": ["echo"], "params": {"a": ["\\ud83d\\ude80"]}}'),
+        ("s.yaml", 'command: [echo]\nparams: {a: ["\\ud83d\\ude80"]}\n'),
+        ("s.yaml", 'command: [echo]\nparams: {a: ["\\U0001F680"]}\n'),
+    ],
+)
+def test_an_escaped_surrogate_pair_is_its_character_as_json_reads_it(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    assert spec_mod.load(str(path)).params == {"a": "\U0001f680"}

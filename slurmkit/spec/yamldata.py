@@ -58,6 +58,40 @@ def holds_nul(file: str, keys: Sequence[str]) -> SpecError:
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def joined_surrogates(text: str, file: str, keys: Sequence[str]) -> str:
+    """``text`` with each UTF-16 surrogate pair (``"\\ud83d\\ude80"``, as ``json.dump`` writes
+    an emoji, which YAML reads as two characters) joined into its character, as JSON reads it;
+    a lone surrogate is no character: a SpecError."""
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        code = f"U+{ord(_lone(text)):04X}"
+        raise SpecError(
+            f"a lone UTF-16 surrogate ({code}): half of a character, which no argument, "
+            "variable or path can hold",
+            file=file,
+            key=".".join(keys).replace("\0", "\\0"),
+            hint="write the character itself, or its whole escape (\\U0001F680 in YAML)",
+        ) from None
+
+
+def _lone(text: str) -> str:
+    """The first surrogate of ``text`` that is not half of a pair."""
+    i = 0
+    while i < len(text):
+        pair = text[i : i + 2]
+        if len(pair) == 2 and "\ud800" <= pair[0] <= "\udbff" and "\udc00" <= pair[1] <= "\udfff":
+            i += 2
+        elif "\ud800" <= text[i] <= "\udfff":
+            return text[i]
+        else:
+            i += 1
+    return "\ufffd"
+
+
 if TYPE_CHECKING:
     from yaml import SafeLoader as _Loading  # what _Checks is mixed into
 else:
@@ -145,6 +179,8 @@ class _Checks(_Loading):
             keys = [*self._keys[:-1], node.value] if is_key else self._keys
             if "\0" in node.value:
                 raise holds_nul(self.source, keys)
+            if _SURROGATE.search(node.value):
+                node.value = joined_surrogates(node.value, self.source, keys)
             if node.tag == _FLOAT and not is_key and len(keys) == 2 and keys[0] == "env":
                 try:
                     seen = str(self.construct_yaml_float(node))
