@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from rich import box
 from rich.console import Console
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -64,8 +71,86 @@ def _short(value: Any, width: int = 40) -> str:
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
-def _trial_bar() -> Progress:
+class PlainBar:
+    """A progress bar over trials as one line of plain text, redrawn with a carriage return:
+    what a notebook without ``ipywidgets`` shows (rich's live bar needs them there, and prints
+    only 'install "ipywidgets" for Jupyter support'). The part of rich's Progress that
+    :class:`Reporter` and :func:`follow` use."""
+
+    def __init__(self, stream: Any = None, width: int = 30) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.total: int | None = None
+        self.completed = 0
+        self.extra = ""
+        self.started = time.monotonic()
+        self.shown = ""
+
+    def add_task(self, _name: str, total: int | None = None, extra: str = "") -> TaskID:
+        self.total, self.extra = total, extra
+        return TaskID(0)
+
+    def update(
+        self,
+        _task: TaskID,
+        *,
+        total: int | None = None,
+        completed: int | None = None,
+        advance: int = 0,
+        extra: str | None = None,
+    ) -> None:
+        self.total = total if total is not None else self.total
+        self.completed = (completed if completed is not None else self.completed) + advance
+        self.extra = extra if extra is not None else self.extra
+        self.draw()
+
+    def line(self) -> str:
+        total = self.total or 0
+        filled = self.width * self.completed // total if total else 0
+        bar = "━" * filled + " " * (self.width - filled)
+        extra = Text.from_markup(self.extra).plain
+        elapsed = int(time.monotonic() - self.started)
+        when = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
+        count = f"{self.completed}/{total}" if total else f"{self.completed}/?"
+        return " ".join(part for part in ("trials", bar, count, extra, when) if part)
+
+    def draw(self) -> None:
+        line = self.line()
+        if line != self.shown:
+            self.stream.write(f"\r{line}{' ' * max(0, len(self.shown) - len(line))}")
+            self.stream.flush()
+            self.shown = line
+
+    def start(self) -> None:
+        self.draw()
+
+    def stop(self) -> None:
+        self.draw()
+        self.stream.write("\n")
+        self.stream.flush()
+
+    def __enter__(self) -> PlainBar:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def live_bars() -> bool:
+    """Whether rich can draw a live progress bar here: anywhere but in a notebook that lacks
+    ``ipywidgets``."""
+    if not err.is_jupyter:
+        return True
+    import importlib.util
+
+    return importlib.util.find_spec("ipywidgets") is not None
+
+
+def _trial_bar() -> Progress | PlainBar:
     """A progress bar over trials, with a free-text field ``extra`` after the count."""
+    if not live_bars():
+        return PlainBar()
     return Progress(
         TextColumn("[bold]trials"),
         BarColumn(),
@@ -80,7 +165,7 @@ class Reporter:
     """Announces the backend and, when trials run here, draws a progress bar over them."""
 
     def __init__(self) -> None:
-        self.progress: Progress | None = None
+        self.progress: Progress | PlainBar | None = None
         self.task: Any = None
         self.failed = 0
 

@@ -32,6 +32,10 @@ def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
     assert "8 trials" in text and "{'COMPLETED': 8}" in text
     assert "{'loss': " in text  # fs.result(0)
     assert "(1024, [1, 4, 9])" in text  # the executor's job.result()
-    assert (tmp_path / "loss_vs_lr.png").stat().st_size > 1000
+    assert not (tmp_path / "loss_vs_lr.png").exists()  # the notebook writes where it should
+    (fit,) = (tmp_path / "runs").glob("fit-*")
+    assert (fit / "loss_vs_lr.png").stat().st_size > 1000
+    bar = outputs[3]  # sw.wait(progress=True): a bar, drawn as text without ipywidgets
+    assert "trials ━" in bar and "8/8" in bar and "ipywidgets" not in text
     assert len(list((tmp_path / "runs").glob("quickstart-*"))) == 1
     assert len(list((tmp_path / "runs").glob("fit-*"))) == 1

@@ -353,3 +353,24 @@ def test_an_escaped_surrogate_pair_is_its_character_as_json_reads_it(tmp_path, n
     path = tmp_path / name
     path.write_text(text)
     assert spec_mod.load(str(path)).params == {"a": "\U0001f680"}
+
+
+def test_the_plain_bar_draws_where_rich_cannot(monkeypatch):
+    import io
+
+    from slurmkit import ui
+
+    monkeypatch.setattr(ui.err, "is_jupyter", True)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)  # no ipywidgets
+    assert not ui.live_bars() and isinstance(ui._trial_bar(), ui.PlainBar)
+    stream = io.StringIO()
+    bar = ui.PlainBar(stream, width=10)
+    with bar:
+        task = bar.add_task("trials", total=4, extra="")
+        bar.update(task, advance=1)
+        bar.update(task, advance=1)
+        bar.update(task, completed=3, extra="[red]failed 1[/]")
+    drawn = stream.getvalue()
+    assert drawn.endswith("\n") and drawn.count("\r") == 4  # start, then three changes
+    last = drawn.split("\r")[-1]
+    assert last.startswith("trials ━━━━━━━    3/4 failed 1 0:00:0"), last
