@@ -243,8 +243,9 @@ def _merge(
         attempts = status.get("attempts", [])
         last = attempts[-1] if attempts else {}
         file, exit_code, cause = status.get("state"), status.get("exit_code"), status.get("cause")
+        why = status.get("reason") if isinstance(status.get("reason"), str) else ""
     else:
-        attempts, last, file, exit_code, cause = [], {}, None, None, None
+        attempts, last, file, exit_code, cause, why = [], {}, None, None, None, ""
     job, task, here = live if live is not None else (None, None, False)
     same_job = (
         job is not None
@@ -274,6 +275,8 @@ def _merge(
         t.reason = task.reason if task.reason not in ("None", "") else ""
         if seen.file is None and seen.owned and not seen.queued and task.exit_code is not None:
             t.exit_code = task.exit_code
+    if why and state == file and state in states.FINAL:
+        t.reason = why  # the runtime's own word on how it ended beats Slurm's NonZeroExitCode
     return t
 
 

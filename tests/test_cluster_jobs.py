@@ -151,6 +151,8 @@ def test_a_container_that_cannot_start_fails_at_once_not_under_the_error_budget(
     status = json.loads((root / "trials" / tid / "status.json").read_text())
     assert (status["cause"], len(status["attempts"])) == ("container", 1)
     assert status["reason"] == "its container did not start (see its output.log)"
+    shown = json.loads(run_cli("status", str(root), "--json").stdout)["trials"][0]
+    assert shown["reason"] == status["reason"]  # not Slurm's NonZeroExitCode
     assert (
         "unrecognized option '--container-image"
         in (root / "trials" / tid / "output.log").read_text()

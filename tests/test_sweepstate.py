@@ -116,6 +116,23 @@ def test_merge_takes_the_exit_code_from_accounting_when_the_trial_never_started(
     assert (t.state, t.exit_code) == ("FAILED", 9)
 
 
+def test_merge_prefers_the_runtime_s_reason_for_how_a_trial_ended():
+    """Slurm says NonZeroExitCode; the runtime knew better (papercut 23.19)."""
+    st = {
+        "state": "FAILED",
+        "exit_code": 1,
+        "cause": "container",
+        "reason": "its container did not start (see its output.log)",
+        "attempts": [{"n": 1, "host": "n2", "array_job_id": "41", "array_task_id": "3"}],
+    }
+    ended = LiveTask("41_3", TaskState("FAILED", "NonZeroExitCode", 1), False)
+    t = sweepstate._merge(ROW, st, ended)
+    assert (t.state, t.reason) == ("FAILED", "its container did not start (see its output.log)")
+    assert sweepstate._merge(ROW, st, None).reason == st["reason"]  # the task is forgotten
+    waiting = LiveTask("52_3", TaskState("PENDING", "Priority"), False)  # resubmitted: Slurm's
+    assert sweepstate._merge(ROW, st, waiting).reason == "Priority"
+
+
 def test_merge_shows_a_pending_reason():
     t = sweepstate._merge(ROW, None, LiveTask("41_3", TaskState("PENDING", "Priority"), False))
     assert (t.state, t.reason) == ("PENDING", "Priority")
