@@ -430,8 +430,8 @@ def srun_options(
 ) -> list[str]:
     """The ``srun`` options of a validated container block.
 
-    ``submit_dir`` (default: the current directory) is mounted at the same path and is the
-    default workdir; ``workdir: image`` renders no ``--container-workdir``, so tasks start in
+    ``submit_dir`` (default: the current directory) is mounted at the same path (an explicit
+    ``workdir`` too) and is the default workdir; ``workdir: image`` renders no ``--container-workdir``, so tasks start in
     the image's WORKDIR (benchmark images such as nccl-tests expect that). ``env_names``:
     variables the script exports that must win over the image's (a profile's, the spec's
     ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
@@ -443,8 +443,9 @@ def srun_options(
     mounts = list(c.pyxis_mounts)
     submit_dir = os.path.abspath(submit_dir or os.getcwd())
     workdir = c.workdir
+    mountable = bool(_PATH.match(submit_dir))
     if workdir in (None, IMAGE_WORKDIR):
-        if not _PATH.match(submit_dir):
+        if not mountable:
             raise SpecError(
                 f"the submit directory {submit_dir!r} cannot be mounted by pyxis",
                 file=source,
@@ -452,8 +453,10 @@ def srun_options(
                 hint="set container.workdir (and mount your code) explicitly",
             )
         workdir = submit_dir if workdir is None else None
-        if not any(_covers(m.split(":")[1], submit_dir) for m in mounts):
-            mounts.append(f"{submit_dir}:{submit_dir}")
+    # the submit directory is mounted whatever the workdir (the self-check and the trial's
+    # files need it); only a path pyxis cannot express (',' or ':') is left to the mounts
+    if mountable and not any(_covers(m.split(":")[1], submit_dir) for m in mounts):
+        mounts.append(f"{submit_dir}:{submit_dir}")
     if mounts:
         opts.append(f"--container-mounts={','.join(mounts)}")
     if workdir is not None:

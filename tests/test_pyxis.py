@@ -129,6 +129,16 @@ def test_defaults_mount_and_enter_the_submit_dir_without_home():
     ]
 
 
+def test_an_explicit_workdir_still_mounts_the_submit_dir():
+    """The docs say the submit directory is always mounted; with ``workdir: /w`` it was not,
+    and only the job's self-check found out (exit 3). Papercut 23.19."""
+    opts = render(image="ubuntu", workdir="/w")
+    assert option(opts, "container-mounts") == "/mnt/home/me/proj:/mnt/home/me/proj"
+    assert option(opts, "container-workdir") == "/w"
+    odd = render("/mnt/a,b", image="ubuntu", workdir="/w")  # pyxis cannot mount it: left out
+    assert option(odd, "container-mounts") is None and option(odd, "container-workdir") == "/w"
+
+
 def test_submit_dir_already_under_a_mount_is_not_mounted_twice():
     opts = render(image="ubuntu", mounts=["/mnt/home"])
     assert option(opts, "container-mounts") == "/mnt/home:/mnt/home"
