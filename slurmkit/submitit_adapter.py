@@ -11,8 +11,11 @@ only when an executor is made, and nothing of ``backends/`` or ``executors``: th
 reads slurmkit's poll cache is made from the query its caller gives (:func:`job_class`).
 
 This is also slurmkit's compatibility shim for submitit: every private name of submitit that
-slurmkit uses is here, and nowhere else. Tested with submitit 1.5.4 (the newest release when
-written). Each name, and why no public API does it:
+the login side uses is here, and nowhere else (``tests/test_submitit_adapter.py`` holds it so;
+the in-job runtime, which may not import this module, has its own in ``runtime/fnjob.py``).
+Tested with submitit 1.5.4 (the newest release when written); 1.5.3's source has every name
+below, releases before it lack the public ``max_pickle_size_gb`` used here. Each name, and why
+no public API does it:
 
 - ``SlurmExecutor._internal_process_submissions`` and ``LocalExecutor``'s (overridden): the one
   hook between ``submit``/``map_array``/``batch()`` and sbatch. submitit's own copies a plain
@@ -27,8 +30,8 @@ written). Each name, and why no public API does it:
   shell's supervision.
 - ``SlurmExecutor._num_tasks`` (overridden): a job whose task runs in the batch shell
   (``use_srun=False``) has one task, not nodes x tasks per node.
-- ``submitit.slurm.slurm._make_sbatch_string`` (called): submitit's ``#SBATCH`` header, also
-  for a script rendered without an executor (``slurmkit render``, the sweep's arrays).
+- ``submitit.slurm.slurm._make_sbatch_string`` (called): submitit's ``#SBATCH`` header, the
+  one public-less way to it; :func:`script` renders without an executor too.
 - ``SlurmInfoWatcher._registered``, ``_finished``, ``_info_dict``, ``_last_status_check`` (read
   and written by an overridden ``update``): the watcher's state, filled from slurmkit's poll
   cache (one ``squeue`` for every watcher of a user) instead of one sacct per watcher.
