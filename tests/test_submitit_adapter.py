@@ -189,3 +189,75 @@ def test_the_trial_task_takes_the_signals_from_submitit_without_changing_it(tmp_
     assert code == 0 and seen["kept"] == str(int(__import__("signal").SIGUSR2)), seen
     assert "checkpoint_and_try_requeue" not in seen["handler"] and seen["SIGCONT"], seen
     assert seen["unchanged"], seen
+
+
+# --- one executor class, two tasks (no cluster: sbatch faked) ---------------------------------
+
+
+@pytest.fixture
+def sbatch(monkeypatch):
+    """submitit finds srun; sbatch answers job 4242 (or refuses, with ``sbatch.refuse``) and
+    keeps each script it was given; submissions follow each other without a pause."""
+    import submitit
+
+    class Fake:
+        scripts: list[str]
+        refuse = False
+
+    fake = Fake()
+    fake.scripts = []
+
+    def submission_command(ex, path):
+        fake.scripts.append(Path(path).read_text())
+        return ["false"] if fake.refuse else ["echo", "Submitted batch job 4242"]
+
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+    monkeypatch.setattr(submitit.SlurmExecutor, "_make_submission_command", submission_command)
+    monkeypatch.setattr(executors.Setup, "throttle_s", 0.0)  # no pause between submissions
+    return fake
+
+
+def _function_executor(tmp_path, spec=None):
+    from slurmkit.submitit_adapter import executor_class
+
+    s = executors.setup(executors.load(spec, [f"output_root={tmp_path}"]), None, None)
+    return executor_class()(s)
+
+
+def test_a_job_run_in_the_batch_shell_has_one_task(tmp_path, sbatch):
+    ex = _function_executor(tmp_path, {"resources": {"nodes": 2, "tasks_per_node": 2}})
+    assert ex.submit(print, 1).num_tasks == 4  # srun: nodes x tasks per node
+    ex.update_parameters(use_srun=False)
+    assert ex.submit(print, 1).num_tasks == 1
+    assert [j.num_tasks for j in ex.map_array(print, [1, 2])] == [1, 1]
+    assert "srun" not in sbatch.scripts[-1].split("-- ")[-1]
+
+
+def test_the_trials_task_submits_every_call_as_one_array(spec_file, tmp_path, sbatch):
+    spec = spec_mod.load(spec_file("command: [x]\nparams: {i: [1, 2, 3]}\nmax_parallel: 2\n"))
+    ex = backend.executor(spec, str(tmp_path))
+    [one] = ex.map_array(print, [0])
+    assert one.job_id == "4242_0" and one.num_tasks == 1  # one trial is an array too
+    jobs = ex.map_array(print, [0, 1, 2])
+    assert [(j.job_id, j.num_tasks) for j in jobs] == [(f"4242_{i}", 1) for i in range(3)]
+    text = sbatch.scripts[-1]
+    assert "#SBATCH --array=0-2%2" in text and f"#SBATCH --output={tmp_path}/logs/%A_%a.out" in text
+    assert '"$PY" -u -m slurmkit.runtime.submitit_trial ' in text and "srun" not in text
+    assert text == backend.script(spec, str(tmp_path), ex.parameters, 3, ex.task.command())
+
+
+@pytest.mark.parametrize("which", ["function", "trials"])
+def test_a_refused_submission_leaves_no_pickle_and_no_script(spec_file, tmp_path, sbatch, which):
+    from submitit.core.utils import FailedJobError
+
+    if which == "function":
+        ex = _function_executor(tmp_path)
+    else:
+        spec = spec_mod.load(spec_file("command: [x]\nparams: {i: [1]}\n"))
+        ex = backend.executor(spec, str(tmp_path))
+    sbatch.refuse = True
+    for calls in ([1], [1, 2]):
+        with pytest.raises(FailedJobError):
+            ex.map_array(print, calls)
+    assert len(sbatch.scripts) == 2
+    assert not [p for p in Path(ex.folder).rglob("*") if p.is_file()]
