@@ -14,10 +14,12 @@ requeue contract: ``--requeue``, ``--signal=B:SIG@LEAD``, the step supervised fr
 ``python -m slurmkit.runtime.fnjob supervise`` (see that module), ``scontrol requeue`` run by
 the batch shell, never from inside a container.
 
-This module imports submitit only when an executor is made (:func:`executor`); the classes are
-:data:`SpecExecutor` (a ``submitit.SlurmExecutor``; its jobs are ``SpecJob``, submitit's
-SlurmJob watched by ``squeue`` where ``sacct`` has no accounting to read) and
-:data:`LocalSpecExecutor` (a ``submitit.LocalExecutor``, for machines without a cluster).
+The executor is :mod:`slurmkit.submitit_adapter`'s (the one submitit adapter, shared with the
+submitit backend of ``slurmkit sweep``), its jobs running the function supervisor: :class:`Setup`
+is what they run. This module imports submitit only when an executor is made (:func:`executor`):
+``SpecExecutor`` is a ``submitit.SlurmExecutor`` whose jobs are ``SpecJob``, submitit's SlurmJob
+watched by ``squeue`` where ``sacct`` has no accounting to read; ``LocalSpecExecutor`` is a
+``submitit.LocalExecutor``, for machines without a cluster.
 """
 
 from __future__ import annotations
@@ -25,30 +27,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import re
 import shlex
 import sys
 import tempfile
-import time as _time
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from .core import slurmtime
 from .core.contract import ENV_SIGNAL
 from .errors import SpecError, UserError
+from .submitit_adapter import Body, minutes, parameters
+from .submitit_adapter import script as script  # an executor's batch script: script(Setup, ...)
+
+__all__ = ["executor", "executor_config"]
 
 if TYPE_CHECKING:
     import submitit
 
     from .pyxis import Container
     from .spec import SweepSpec
-
-__all__ = ["executor", "executor_config"]
 
 STEP = "slurmkit.runtime.fnjob"
 # Keys of a job spec an executor refuses: the sweep's own, the command (the function is) and
@@ -65,20 +65,7 @@ REFUSED = {
 DICT_SOURCE = "executor(spec)"  # the "file" of errors in a spec given as a dict
 KEYWORDS = "executor() keywords"  # the "file" of errors in keyword resources
 DEFAULT_NAME = "submitit"  # the name of a spec given as a dict or None (submitit's own default)
-# The state of a job that neither the controller nor accounting knows: it ended, how is unknown.
-GONE = "GONE"
-UNTHROTTLED = 1_000_000  # submitit's array_parallelism without max_parallel: no %N limit
 LOCAL_UNLIMITED_MIN = 60 * 24 * 365  # LocalExecutor's timeout without resources.time (its 2 min)
-# resources field -> SlurmExecutor parameter, when the spec sets it
-_PARAMETERS = (
-    ("partition", "partition"),
-    ("account", "account"),
-    ("qos", "qos"),
-    ("constraint", "constraint"),
-    ("cpus", "cpus_per_task"),
-    ("gpus", "gpus_per_node"),
-    ("mem", "mem"),
-)
 _PYXIS_PATH = re.compile(r"^/[^\s'\"$`\\,:]*$")  # a path pyxis can mount
 _ID_TAGS = ("%j", "%t", "%A", "%a")
 _said: set[str] = set()
@@ -87,7 +74,11 @@ _said: set[str] = set()
 @dataclass(frozen=True)
 class Setup:
     """What an executor of ``spec`` uses: the submitit parameters, the srun options and the
-    argv that runs before the step's Python (self-check, env wrapper)."""
+    argv that runs before the step's Python (self-check, env wrapper); the adapter's
+    :class:`~slurmkit.submitit_adapter.Task` of the function supervisor."""
+
+    one_array: ClassVar[bool] = False  # one call is one job, many are one array
+    throttle_s: ClassVar[float] = 0.2  # as submitit's executors: a loop of submit() waits
 
     spec: SweepSpec
     folder: str  # absolute; may hold submitit's %j
@@ -97,9 +88,30 @@ class Setup:
     prefix: list[str] = field(default_factory=list)
 
     def command(self, python: str | None = None, folder: str | None = None) -> str:
-        """The step's shell command (submitit's ``_submitit_command_str``)."""
+        """The step's shell command, reading its pickle from ``folder``."""
         words = [*map(shlex.quote, self.prefix), python or self.python]
         return " ".join([*words, "-u", "-m", STEP, "run", shlex.quote(folder or self.folder)])
+
+    def body(self, params: Mapping[str, Any], command: str, folder: str) -> Body:
+        """The batch script's body: the step under ``python -m slurmkit.runtime.fnjob
+        supervise`` (srun, unless ``use_srun=False`` runs it in the batch shell)."""
+        q = shlex.quote
+        use_srun = params.get("use_srun", True)
+        if not use_srun and self.spec.container is not None:
+            raise UserError(
+                "use_srun=False runs the function in the batch shell, outside the container",
+                key="use_srun",
+                hint="keep use_srun=True for container jobs",
+            )
+        step = _srun(params, folder) if use_srun else []
+        config = json.dumps(supervise_config(self, params, folder), separators=(",", ":"))
+        task = ['"$PY"', "-m", STEP, "supervise", "--config", q(config), "--", *map(q, step)]
+        preamble = [
+            "# slurmkit: the step runs under its supervisor (requeue contract, budgets)",
+            f"export {ENV_SIGNAL}={self.spec.requeue.signal}",
+            *(f"export {name}={q(value)}" for name, value in self.spec.env.items()),
+        ]
+        return Body(preamble, " ".join([*task, command]), quoted=bool(self.prefix))
 
 
 # --- the spec ---------------------------------------------------------------------------------
@@ -213,42 +225,6 @@ def load(
 # --- what the spec becomes ------------------------------------------------------------------
 
 
-def minutes(time: str | None) -> int | str | None:
-    """``resources.time`` as submitit's ``time`` (minutes, rounded up as Slurm rounds a limit
-    with seconds); ``UNLIMITED`` as it is; None when not asked."""
-    if time is None:
-        return None
-    seconds = slurmtime.parse_seconds(time)
-    return "UNLIMITED" if seconds is None else math.ceil(seconds / 60)
-
-
-def parameters(spec: SweepSpec) -> dict[str, Any]:
-    """``SlurmExecutor.update_parameters`` keywords for what the spec asks for (and ``None``
-    for submitit's defaults that it does not ask for: ``time``, ``wckey``)."""
-    r = spec.resources
-    params: dict[str, Any] = {
-        "job_name": spec.name,
-        "nodes": r.nodes,
-        "time": minutes(r.time),
-        "wckey": None,
-        "signal_delay_s": spec.requeue.lead,
-        "array_parallelism": spec.max_parallel or UNTHROTTLED,
-    }
-    if r.tasks_per_node > 1:
-        params["ntasks_per_node"] = r.tasks_per_node
-    for key, name in _PARAMETERS:
-        if getattr(r, key) is not None:
-            params[name] = getattr(r, key)
-    if r.exclusive:
-        params["exclusive"] = True
-    extra: dict[str, Any] = {k: v for k, v in r.extra.items() if v is not False}
-    if r.switches is not None:
-        extra["switches"] = r.switches
-    if extra:
-        params["additional_parameters"] = extra
-    return params
-
-
 def _id_free(folder: str) -> str:
     """The part of ``folder`` before submitit's first per-job tag (``%j``, ...)."""
     parts = Path(folder).parts
@@ -342,82 +318,6 @@ def supervise_config(s: Setup, params: Mapping[str, Any], folder: str) -> dict[s
     }
 
 
-def _supervised(
-    task: str, signal: str | None, job_ref: str, teardown: list[str], quoted: bool
-) -> list[str]:
-    """render's supervision of ``task`` (and the teardown lines before the exit); ``quoted``:
-    the step's argv holds script text (self-check, env wrapper) that must not expand here."""
-    from .render import _supervise
-
-    lines = _supervise(task, signal, job_ref)
-    if teardown:
-        done = lines[:-1] if signal is not None else [task, "rc=$?"]
-        lines = [*done, "", "# teardown", *teardown, 'exit "$rc"']
-    if quoted:
-        at = next(i for i, line in enumerate(lines) if task in line)
-        lines.insert(at, "# shellcheck disable=SC2016  # script text for sh -c, quoted on purpose")
-    return lines
-
-
-def script(s: Setup, params: Mapping[str, Any], command: str, folder: str) -> str:
-    """The batch script of a submission: submitit's ``#SBATCH`` header of ``params``, with
-    slurmkit's requeue options, and the step under ``fnjob supervise``."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    q = shlex.quote
-    spec, policy = s.spec, s.spec.requeue
-    given = dict(params)
-    setup_lines = given.pop("setup", None)
-    teardown = list(given.pop("teardown", None) or [])
-    given.pop("srun_args", None)
-    use_srun = given.pop("use_srun", True)
-    extra = dict(given.pop("additional_parameters", None) or {})
-    lead = given.get("signal_delay_s", policy.lead)
-    ours: dict[str, Any] = (
-        {"requeue": True, "signal": f"B:{policy.signal}@{lead}"}
-        if policy.enabled
-        else {"no-requeue": True}
-    )
-    if not use_srun and spec.container is not None:
-        raise UserError(
-            "use_srun=False runs the function in the batch shell, outside the container",
-            key="use_srun",
-            hint="keep use_srun=True for container jobs",
-        )
-    step = _srun(params, folder) if use_srun else []
-    config = json.dumps(supervise_config(s, params, folder), separators=(",", ":"))
-    task = " ".join(
-        ['"$PY"', "-m", STEP, "supervise", "--config", q(config), "--", *map(q, step), command]
-    )
-    job_ref = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
-    if given.get("map_count") is None:
-        job_ref = '"$SLURM_JOB_ID"'
-    body = [
-        "# slurmkit: the step runs under its supervisor (requeue contract, budgets)",
-        f"export {ENV_SIGNAL}={policy.signal}",
-        *(f"export {name}={q(value)}" for name, value in spec.env.items()),
-        f"PY=${{SLURMKIT_PYTHON:-{q(sys.executable)}}}",
-        'command -v "$PY" >/dev/null || { echo "slurmkit: no Python $PY on $(hostname): set'
-        ' SLURMKIT_PYTHON to one with slurmkit and submitit" >&2; exit 2; }',
-        *_supervised(
-            task, policy.signal if policy.enabled else None, job_ref, teardown, bool(s.prefix)
-        ),
-    ]
-    text = _make_sbatch_string(
-        command="\n".join(body),
-        folder=folder,
-        setup=setup_lines,
-        use_srun=False,
-        additional_parameters={**ours, **extra},
-        **given,
-    )
-    if not policy.enabled:  # submitit always asks for its signal; without requeue, none
-        text = "\n".join(
-            line for line in text.split("\n") if not line.startswith("#SBATCH --signal=")
-        )
-    return text
-
-
 def executor_config(
     spec_or_path: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     overrides: Iterable[str] = (),
@@ -433,16 +333,12 @@ def executor_config(
     s = setup(load(spec_or_path, overrides, resources), folder, python)
     from .render import requeue_options
 
-    policy = s.spec.requeue
     return {
         "name": s.spec.name,
         "folder": s.folder,
         "python": s.python,
         "parameters": dict(s.parameters),
-        "sbatch": [
-            *requeue_options(policy)[:1],
-            *([f"--signal=B:{policy.signal}@{policy.lead}"] if policy.enabled else []),
-        ],
+        "sbatch": requeue_options(s.spec.requeue),
         "srun": _srun(s.parameters, s.folder),
         "command": [*s.prefix, *shlex.split(s.python), "-u", "-m", STEP, "run", s.folder],
         "supervise": supervise_config(s, s.parameters, s.folder),
@@ -452,205 +348,43 @@ def executor_config(
 # --- the executors ----------------------------------------------------------------------------
 
 
-def _unpicklable(delayed: Any, exc: BaseException) -> UserError:
-    fn = delayed.function
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return UserError(
-        f"cannot pickle {name} or its arguments: {type(exc).__name__}: {exc}; nothing submitted",
-        hint="submitit sends the function and its arguments to the job with cloudpickle: open "
-        "files, locks, sockets, generators and the like cannot travel; create them in the function",
-    )
+# --- the executors ----------------------------------------------------------------------------
+
+
+def _poll(jobs: set[str]) -> dict[tuple[str, int], str]:
+    """The Slurm state of the tasks of ``jobs``: from slurmkit's poll cache (one ``squeue`` for
+    every caller of this user on this node), else one query; sacct for those gone from it."""
+    from .backends import pollcache
+    from .backends import slurm as sk
+
+    every = pollcache.interval()
+    if every:
+        name = sk.user()
+        cache = pollcache.PollCache(name, every)
+        answer = cache.tasks(jobs, lambda: sk.user_tasks(name), sk.ended)
+    else:
+        answer = sk.query(jobs)
+    return {key: state.state for key, state in answer.items()}
 
 
 @functools.cache
-def _classes() -> tuple[type[Any], type[Any], type[Any]]:
-    import cloudpickle
-    import submitit
-    from submitit.core import logger as slogger
-    from submitit.core import utils as sutils
-    from submitit.slurm import slurm as sslurm
+def _spec_job() -> type[Any]:
+    from .submitit_adapter import job_class
 
-    class Watcher(sslurm.SlurmInfoWatcher):
-        """submitit's watcher, reading slurmkit's shared poll cache instead of one sacct per
-        watcher: any number of ``job.done()``/``job.result()`` callers of one user on one login
-        node cost one ``squeue`` per SLURMKIT_POLL_INTERVAL; jobs gone from the queue are asked
-        from sacct once (none when the cluster keeps no accounting). A job that neither knows
-        (the controller forgot it after MinJobAge, and no accounting answers) has ended, how is
-        unknown: its state is GONE, so that waiting on it ends."""
-
-        def update(self) -> None:
-            from .backends import pollcache
-            from .backends import slurm as sk
-
-            jobs = {x.split("_")[0] for x in self._registered - self._finished}
-            if not jobs:
-                return
-            self._num_calls += 1
-            every = pollcache.interval()
-            try:
-                if every:
-                    name = sk.user()
-                    answer = pollcache.PollCache(name, every).tasks(
-                        jobs, lambda: sk.user_tasks(name), sk.ended
-                    )
-                else:
-                    answer = sk.query(jobs)
-            except UserError as exc:  # the controller is briefly away: ask again next time
-                slogger.get_logger().warning(f"the scheduler did not answer: {exc}")
-                answer = {}
-            else:  # a job that neither the queue nor accounting knows has ended, how is unknown
-                known = {job for job, _ in answer}
-                for job_id in self._registered - self._finished:
-                    if job_id.split("_")[0] not in known:
-                        self._info_dict[job_id] = {"State": GONE}
-            rows = [
-                f"{job}{'' if task < 0 else f'_{task}'}|{state.state}|"
-                for (job, task), state in answer.items()
-            ]
-            if rows:
-                self._info_dict.update(self.read_info("JobID|State|NodeList\n" + "\n".join(rows)))
-            self._last_status_check = _time.time()
-            for job_id in self._registered - self._finished:
-                if self.is_done(job_id, mode="cache"):
-                    self._finished.add(job_id)
-
-    class SpecJob(sslurm.SlurmJob[Any]):
-        """submitit's SlurmJob, watched by sacct or, without accounting, squeue."""
-
-        watcher = Watcher(delay_s=600)
-
-        def _get_outcome_and_result(self) -> tuple[str, Any]:
-            """submitit's, but a GONE job without a result says so at once (it ended long ago:
-            no result is on its way)."""
-            gone = self.watcher.get_state(self.job_id, mode="cache") == GONE
-            if gone and not self.paths.result_pickle.exists():
-                raise sutils.UncompletedJobError(
-                    f"job {self.job_id} ended without a result, and how is not known: the "
-                    "controller no longer knows it and the cluster keeps no accounting (sacct); "
-                    f"its logs: {self.paths.stdout}, {self.paths.stderr}"
-                )
-            outcome: tuple[str, Any] = super()._get_outcome_and_result()
-            return outcome
-
-    class SpecExecutor(submitit.SlurmExecutor):
-        """A ``submitit.SlurmExecutor`` from a slurmkit spec (:func:`slurmkit.executor`).
-
-        ``update_parameters`` takes SlurmExecutor's names, AutoExecutor's ``slurm_`` ones
-        and its generic ones (``timeout_min``, ``mem_gb``, ``tasks_per_node``, ``name``);
-        ``srun_args`` given there come after the spec's (its container options stay).
-        """
-
-        job_class = SpecJob
-
-        def __init__(self, s: Setup, max_num_timeout: int = 3, python: str | None = None) -> None:
-            self.slurmkit = s
-            super().__init__(s.folder, max_num_timeout=max_num_timeout, python=python or s.python)
-            given = {k: v for k, v in s.parameters.items() if k != "srun_args"}
-            self.update_parameters(**given)
-            self.parameters["srun_args"] = list(s.srun_args)
-
-        def _internal_update_parameters(self, **kwargs: Any) -> None:
-            names: dict[str, str] = dict(self._equivalence_dict() or {})  # type: ignore[arg-type]
-            params: dict[str, Any] = {}
-            for key, value in kwargs.items():
-                key = key.removeprefix("slurm_")
-                if key == "mem_gb":
-                    params["mem"] = sslurm._convert_mem(value)
-                else:
-                    params[names.get(key, key)] = value
-            if "srun_args" in params:
-                params["srun_args"] = [*self.slurmkit.srun_args, *(params["srun_args"] or [])]
-            super()._internal_update_parameters(**params)
-
-        @property
-        def _submitit_command_str(self) -> str:
-            return self.slurmkit.command(self.python, str(self.folder))
-
-        def _make_submission_file_text(self, command: str, uid: str) -> str:
-            return script(self.slurmkit, self.parameters, command, str(self.folder))
-
-        def _dump_all(self, delayed: Sequence[Any]) -> list[Path]:
-            """Every submission pickled before anything is submitted."""
-            base = sutils.JobPaths.get_first_id_independent_folder(self.folder)
-            base.mkdir(parents=True, exist_ok=True)
-            limit = self.parameters.get("time")
-            paths: list[Path] = []
-            try:
-                for d in delayed:
-                    path = base / f"{uuid.uuid4().hex}.pkl"
-                    paths.append(path)
-                    d.set_timeout(limit if isinstance(limit, int) else 0, self.max_num_timeout)
-                    try:
-                        d.dump(path)
-                    except OSError:
-                        raise
-                    except Exception as exc:
-                        raise _unpicklable(d, exc) from None
-                    if len(paths) == 1:
-                        size = path.stat().st_size / 1024**3
-                        if len(delayed) * size > self.max_pickle_size_gb:
-                            raise UserError(
-                                f"{len(delayed)} x {size:.2f} GB of pickled functions and "
-                                f"arguments is more than max_pickle_size_gb "
-                                f"({self.max_pickle_size_gb}); nothing submitted",
-                                hint="pass paths instead of data, or raise "
-                                "executor.max_pickle_size_gb",
-                            )
-            except BaseException:
-                for path in paths:
-                    path.unlink(missing_ok=True)
-                raise
-            return paths
-
-        def _internal_process_submissions(
-            self, delayed_submissions: list[Any]
-        ) -> list[submitit.Job[Any]]:
-            paths = self._dump_all(delayed_submissions)
-            try:
-                self._throttle()
-                self._last_job_submitted = _time.time()
-                if len(paths) == 1:
-                    job = self._submit_command(self._submitit_command_str)
-                    jobs = [job]
-                else:  # one array (submitit's own copies a plain SlurmExecutor for it)
-                    array = SpecExecutor(self.slurmkit, self.max_num_timeout, self.python)
-                    array.parameters = {**self.parameters, "map_count": len(paths)}
-                    first = array._submit_command(self._submitit_command_str)
-                    tasks = list(range(first.num_tasks))
-                    jobs = [
-                        SpecJob(self.folder, f"{first.job_id}_{i}", tasks)
-                        for i in range(len(paths))
-                    ]
-            except BaseException:
-                for path in paths:
-                    path.unlink(missing_ok=True)
-                raise
-            for job, path in zip(jobs, paths):
-                job.paths.move_temporary_file(path, "submitted_pickle")
-            return jobs
-
-    class LocalSpecExecutor(submitit.LocalExecutor):
-        """submitit's LocalExecutor, set up from a spec where no cluster answers."""
-
-        def _internal_process_submissions(
-            self, delayed_submissions: list[Any]
-        ) -> list[submitit.Job[Any]]:
-            for d in delayed_submissions:
-                try:
-                    cloudpickle.dumps(d)
-                except Exception as exc:
-                    raise _unpicklable(d, exc) from None
-            return super()._internal_process_submissions(delayed_submissions)
-
-    for cls in (SpecExecutor, LocalSpecExecutor, SpecJob, Watcher):
-        cls.__module__, cls.__qualname__ = __name__, cls.__name__
-    return SpecExecutor, LocalSpecExecutor, SpecJob
+    cls = job_class(_poll)
+    cls.__module__, cls.__qualname__ = __name__, "SpecJob"  # pickled jobs find it here
+    return cls
 
 
 def __getattr__(name: str) -> Any:
-    classes = ("SpecExecutor", "LocalSpecExecutor", "SpecJob")
-    if name in classes:
-        return _classes()[classes.index(name)]
+    from . import submitit_adapter
+
+    if name == "SpecJob":
+        return _spec_job()
+    if name == "SpecExecutor":
+        return submitit_adapter.executor_class()
+    if name == "LocalSpecExecutor":
+        return submitit_adapter.local_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -725,6 +459,7 @@ def executor(
     that cannot be pickled, at ``submit``/``map_array``.
     """
     from . import backends
+    from .submitit_adapter import executor_class, local_class
 
     spec = load(spec_or_path, overrides, resources)
     s = setup(spec, folder, python)
@@ -736,14 +471,13 @@ def executor(
         )
     choosing = backends.Choosing(backend)
     chosen = choosing.result()
-    slurm_cls, local_cls, _ = _classes()
     if chosen.runs_here:
         if backend == "auto":
             _note(
                 f"{choosing.why or 'no Slurm cluster answers'}: submitit's LocalExecutor runs "
                 "the jobs on this machine"
             )
-        return _local(s, local_cls)
+        return _local(s, local_class())
     chosen.check(spec, 1)
-    slurm: submitit.SlurmExecutor = slurm_cls(s)
+    slurm: submitit.SlurmExecutor = executor_class()(s, job_class=_spec_job())
     return slurm

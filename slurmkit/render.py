@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import __version__
 from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
@@ -28,6 +28,9 @@ _SHOWN = {
     "MASTER_PORT": "{master_port}",
     "SLURM_JOB_ID": "{job_id}",
 }
+# How a batch script names its job to ``scontrol requeue``: an array task, or a job.
+ARRAY_TASK = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
+JOB = '"$SLURM_JOB_ID"'
 # spec.resources field -> sbatch option, in the order they are rendered
 _RESOURCE_OPTIONS = (
     ("partition", "partition"),
@@ -102,13 +105,14 @@ def render_array(
         logs = f"{sweep_dir}/logs/{slurm_log_name(spec.logs.name, spec.name, standalone=False)}"
         sweep_line = f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}"
         task = f'"$PY" -m slurmkit.runtime task --offset {chunk.offset}'
+    contract = supervised(spec.requeue, task, ARRAY_TASK)
     sbatch = [
         f"--job-name={spec.name}",
         f"--array={chunk.array_spec(spec.max_parallel)}",
         f"--output={logs}.out",
         *([f"--error={logs}.err"] if spec.logs.stderr == "separate" else []),
         "--open-mode=append",
-        *requeue_options(spec.requeue),
+        *contract.sbatch,
         *resource_options(spec.resources),
         *comment_options(spec, sweep_dir),
         # the stage job failed (its afterok dependency never holds): cancelled, not left pending
@@ -128,11 +132,7 @@ def render_array(
         # the runtime runs here, on the batch host, never in a container: it needs this Python
         'command -v "$PY" >/dev/null || { echo "slurmkit: no Python $PY on $(hostname):'
         ' set SLURMKIT_PYTHON to one with slurmkit installed" >&2; exit 2; }',
-        *_supervise(
-            task,
-            spec.requeue.signal if spec.requeue.enabled else None,
-            '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
-        ),
+        *contract.body,
         "",
     ]
     return "\n".join(lines)
@@ -229,7 +229,7 @@ def resource_options(r: Resources) -> list[str]:
 
 def requeue_options(policy: Requeue) -> list[str]:
     """Requeue on, and the signal that asks the batch shell to checkpoint ``lead`` s before the
-    time limit; or requeue off."""
+    time limit; or requeue off (the ``#SBATCH`` part of :func:`supervised`)."""
     if not policy.enabled:
         return ["--no-requeue"]
     return ["--requeue", f"--signal=B:{policy.signal}@{policy.lead}"]
@@ -249,27 +249,53 @@ def _describe(step: list[str] | None) -> list[str]:
     ]
 
 
-def _supervise(command: str, signal: str | None, job_ref: str) -> list[str]:
-    """The batch shell's part of the requeue contract.
+class Supervised(NamedTuple):
+    """The requeue contract of one batch script (:func:`supervised`)."""
 
-    The work runs in the background; the shell forwards ``signal`` (sent by Slurm ``--signal=B:``
-    before the time limit or on preemption) and TERM to it, waits for it to checkpoint and exit,
-    and on exit code REQUEUE_EXIT requeues this job (array task) from the host, where
-    ``scontrol`` exists even when the work runs in a container.
+    sbatch: list[str]  # its #SBATCH options (without "#SBATCH "): requeue and signal, or none
+    body: list[str]  # the batch shell's lines that run the work
+
+
+def supervised(
+    policy: Requeue,
+    command: str,
+    job_ref: str,
+    teardown: Sequence[str] = (),
+    quoted: bool = False,
+) -> Supervised:
+    """The batch shell's part of the requeue contract, for every batch script slurmkit writes
+    (the sbatch path's arrays and both submitit executors'): the ``#SBATCH`` options (requeue
+    on, and Slurm sends ``policy.signal`` to the batch shell ``policy.lead`` s before the time
+    limit; or requeue off) and the lines that run ``command``.
+
+    The work runs in the background; the shell forwards the signal (sent by Slurm before the
+    time limit or on preemption) and TERM to it, waits for it to checkpoint and exit, and on
+    exit code REQUEUE_EXIT requeues ``job_ref`` (this job or array task) from the host, where
+    ``scontrol`` exists even when the work runs in a container. ``teardown``: lines run after
+    the work, before the shell exits with its code; ``quoted``: ``command`` holds script text
+    in single quotes on purpose (shellcheck is told).
     """
-    if signal is None:
-        return [f"exec {command}"]
-    return [
-        "slurmkit_pid=",
-        "# shellcheck disable=SC2317  # called by the traps below",
-        'slurmkit_forward() { [ -n "$slurmkit_pid" ] && kill -s "$1" "$slurmkit_pid" 2>/dev/null; }',  # noqa: E501
-        f"trap 'slurmkit_forward {signal}' {signal}",
-        "trap 'slurmkit_forward TERM' TERM",
-        f"{command} &",
-        "slurmkit_pid=$!",
-        'while :; do wait "$slurmkit_pid"; rc=$?; kill -0 "$slurmkit_pid" 2>/dev/null || break; done',  # noqa: E501
-        f'if [ "$rc" -eq {REQUEUE_EXIT} ]; then',
-        f'  scontrol requeue {job_ref} || echo "slurmkit: scontrol requeue failed" >&2',
-        "fi",
-        'exit "$rc"',
-    ]
+    if not policy.enabled:
+        lines = [command, "rc=$?"] if teardown else [f"exec {command}"]
+    else:
+        lines = [
+            "slurmkit_pid=",
+            "# shellcheck disable=SC2317  # called by the traps below",
+            'slurmkit_forward() { [ -n "$slurmkit_pid" ] && kill -s "$1" "$slurmkit_pid" 2>/dev/null; }',  # noqa: E501
+            f"trap 'slurmkit_forward {policy.signal}' {policy.signal}",
+            "trap 'slurmkit_forward TERM' TERM",
+            f"{command} &",
+            "slurmkit_pid=$!",
+            'while :; do wait "$slurmkit_pid"; rc=$?; kill -0 "$slurmkit_pid" 2>/dev/null || break; done',  # noqa: E501
+            f'if [ "$rc" -eq {REQUEUE_EXIT} ]; then',
+            f'  scontrol requeue {job_ref} || echo "slurmkit: scontrol requeue failed" >&2',
+            "fi",
+        ]
+    if quoted:
+        at = next(i for i, line in enumerate(lines) if command in line)
+        lines.insert(at, "# shellcheck disable=SC2016  # script text for sh -c, quoted on purpose")
+    if teardown:
+        lines += ["", "# teardown", *teardown]
+    if teardown or policy.enabled:
+        lines.append('exit "$rc"')
+    return Supervised(requeue_options(policy), lines)

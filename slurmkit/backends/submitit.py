@@ -3,7 +3,9 @@ trial runtime.
 
 One submitit ``map_array`` per chunk of trials (chunks stay under MaxArraySize), with
 ``array_parallelism`` = ``max_parallel`` (each chunk then waits for the one before it, as on the
-slurm backend). submitit pickles ``trial(sweep_dir, index)`` of
+slurm backend). The executor is slurmkit's one submitit adapter
+(:mod:`slurmkit.submitit_adapter`, shared with ``slurmkit.executor``), its jobs running
+:class:`Trials`: submitit pickles ``trial(sweep_dir, index)`` of
 :mod:`slurmkit.runtime.submitit_trial` for each array task into ``SWEEP_DIR/submitit`` and
 writes the batch script's ``#SBATCH`` header from the spec's resources. The script's body is
 slurmkit's: the batch shell runs ``python -m slurmkit.runtime.submitit_trial`` (submitit's job
@@ -19,17 +21,17 @@ submitit is imported when a sweep is submitted, never for reading or cancelling 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import io
 import os
 import shlex
 import sys
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import store
+from .. import submitit_adapter as adapter
 from ..core.arrays import compress
 from ..core.layout import slurm_log_name
 from ..errors import SchedulerError
@@ -90,7 +92,7 @@ class SubmititBackend(SlurmBackend):
         try:
             for chunk, _ in scripts:
                 after = arrays[-1] if arrays and plan.spec.max_parallel else None
-                array, script = ex.submit_trials(chunk.indices, after)
+                array, script = submit_trials(ex, chunk.indices, after)
                 arrays.append(array)
                 shown.append(f"{array} ({len(chunk.indices)} tasks)")
                 jobs += task_records(array, chunk.indices, script)
@@ -147,140 +149,98 @@ def task_records(job_id: str, indices: Sequence[int], script: str) -> list[dict[
     return out
 
 
+@dataclass(frozen=True)
+class Trials:
+    """The adapter's :class:`~slurmkit.submitit_adapter.Task` of a sweep's trials: each array
+    task runs the trial runtime in the batch shell (no srun around it: the runtime launches the
+    trial's step itself, with its pyxis options), its logs where the slurm backend's are."""
+
+    one_array: ClassVar[bool] = True  # trial = offset + array task, one trial too
+    throttle_s: ClassVar[float] = 0.0  # a sweep's arrays go one after the other
+
+    spec: SweepSpec
+    sweep_dir: str
+
+    @property
+    def folder(self) -> str:
+        return os.path.join(self.sweep_dir, FOLDER)
+
+    @property
+    def python(self) -> str:
+        return shlex.quote(sys.executable)
+
+    @property
+    def srun_args(self) -> list[str]:
+        return []
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.logs({**adapter.parameters(self.spec), "use_srun": False})
+
+    def logs(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with the sweep's log names: ``logs/%A_%a.out`` (``.err``), as the slurm
+        backend's arrays have them."""
+        name = slurm_log_name(self.spec.logs.name, self.spec.name, False)
+        logs = os.path.join(self.sweep_dir, "logs", name)
+        separate = self.spec.logs.stderr == "separate"
+        extra = {
+            **(params.get("additional_parameters") or {}),
+            "output": f"{logs}.out",
+            **({"error": f"{logs}.err"} if separate else {}),
+        }
+        return {**params, "stderr_to_stdout": not separate, "additional_parameters": extra}
+
+    def command(self, python: str | None = None, folder: str | None = None) -> str:
+        return f'"$PY" -u -m {TASK} {shlex.quote(folder or self.folder)}'
+
+    def body(self, params: Mapping[str, Any], command: str, folder: str) -> adapter.Body:
+        preamble = [
+            "# slurmkit: each array task runs its trial with slurmkit's runtime (claim, "
+            "status.json,",
+            "# requeue within the budgets); scontrol requeue runs here, on the host",
+            "set -u",
+            f"export SLURMKIT_SWEEP_DIR={shlex.quote(self.sweep_dir)}",
+        ]
+        return adapter.Body(preamble, command)
+
+
 def script(
     spec: SweepSpec, sweep_dir: str, params: Mapping[str, Any], count: int, command: str
 ) -> str:
     """The batch script of an array of ``count`` trials: submitit's ``#SBATCH`` header of
     ``params`` with slurmkit's log names and requeue options, and a body that runs ``command``
-    (the task) under the batch shell's requeue supervision (:func:`slurmkit.render._supervise`)."""
-    from submitit.slurm.slurm import _make_sbatch_string
-
-    from ..render import _supervise
-
-    q = shlex.quote
-    policy = spec.requeue
-    given = dict(params)
-    extra = dict(given.pop("additional_parameters", None) or {})
-    logs = os.path.join(sweep_dir, "logs", slurm_log_name(spec.logs.name, spec.name, False))
-    separate = spec.logs.stderr == "separate"
-    ours: dict[str, Any] = {
-        "output": f"{logs}.out",
-        **({"error": f"{logs}.err"} if separate else {}),
-        **(
-            {"requeue": True, "signal": f"B:{policy.signal}@{policy.lead}"}
-            if policy.enabled
-            else {"no-requeue": True}
-        ),
-    }
-    body = [
-        "# slurmkit: each array task runs its trial with slurmkit's runtime (claim, status.json,",
-        "# requeue within the budgets); scontrol requeue runs here, on the host",
-        "set -u",
-        f"export SLURMKIT_SWEEP_DIR={q(sweep_dir)}",
-        f"PY=${{SLURMKIT_PYTHON:-{q(sys.executable)}}}",
-        'command -v "$PY" >/dev/null || { echo "slurmkit: no Python $PY on $(hostname): set'
-        ' SLURMKIT_PYTHON to one with slurmkit and submitit" >&2; exit 2; }',
-        *_supervise(
-            command,
-            policy.signal if policy.enabled else None,
-            '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
-        ),
-    ]
-    text: str = _make_sbatch_string(
-        command="\n".join(body),
-        folder=os.path.join(sweep_dir, FOLDER),
-        use_srun=False,
-        map_count=count,
-        stderr_to_stdout=not separate,
-        additional_parameters={**extra, **ours},
-        **given,
-    )
-    if not policy.enabled:  # submitit always asks for its signal; without requeue, none
-        text = "\n".join(
-            line for line in text.split("\n") if not line.startswith("#SBATCH --signal=")
-        )
-    return text
+    (the task) under the batch shell's requeue supervision (:func:`slurmkit.render.supervised`)."""
+    trials = Trials(spec, sweep_dir)
+    params = {**trials.logs(params), "map_count": count}
+    return adapter.script(trials, params, command, trials.folder)
 
 
 def executor(spec: SweepSpec, sweep_dir: str) -> Any:
-    """A submitit executor for the trials of the sweep in ``sweep_dir`` (see
-    :class:`SweepExecutor <_classes>`); SchedulerError where submitit finds no ``srun``."""
+    """The adapter's submitit executor for the trials of the sweep in ``sweep_dir``;
+    SchedulerError where submitit finds no ``srun``."""
     try:
-        return _executor_class()(spec, sweep_dir)
+        return adapter.executor_class()(Trials(spec, sweep_dir))
     except RuntimeError as exc:  # SlurmExecutor's "Could not detect srun"
         raise SchedulerError(f"submitit: {exc}", hint="run on a Slurm login node") from None
 
 
-@functools.cache
-def _executor_class() -> type[Any]:
-    import submitit
-    from submitit.core import utils as sutils
+def submit_trials(ex: Any, indices: Sequence[int], after: str | None) -> tuple[str, str]:
+    """``map_array`` of the trials ``indices`` through ``ex`` (:func:`executor`; ``after``: the
+    array it waits for); the array's job id and its batch script's path. Slurm's refusal is a
+    UserError."""
+    from submitit.core.utils import FailedJobError, JobPaths
 
-    from ..executors import parameters
+    from ..runtime.submitit_trial import trial
 
-    class SweepExecutor(submitit.SlurmExecutor):
-        """submitit's SlurmExecutor for one sweep: every ``map_array`` is one array whose task
-        runs the trial runtime in the batch shell (no srun around it: the runtime launches the
-        trial's step itself, with its pyxis options)."""
-
-        def __init__(self, spec: SweepSpec, sweep_dir: str) -> None:
-            super().__init__(os.path.join(sweep_dir, FOLDER))
-            self.spec, self.sweep_dir = spec, sweep_dir
-            self.count = 0  # tasks of the array being submitted
-            self.update_parameters(**parameters(spec))
-
-        @property
-        def _submitit_command_str(self) -> str:
-            return f'"$PY" -u -m {TASK} {shlex.quote(str(self.folder))}'
-
-        def _make_submission_file_text(self, command: str, uid: str) -> str:
-            return script(self.spec, self.sweep_dir, self.parameters, self.count, command)
-
-        def _num_tasks(self) -> int:
-            return 1  # the batch shell runs the task; the trial's step has its own tasks
-
-        def _internal_process_submissions(self, delayed: list[Any]) -> list[Any]:
-            """Every submission as one array (one of a single task too), pickled first."""
-            folder = sutils.JobPaths.get_first_id_independent_folder(self.folder)
-            folder.mkdir(parents=True, exist_ok=True)
-            before = set(folder.glob(".submission_file_*.sh"))
-            paths = []
-            try:
-                for d in delayed:
-                    paths.append(folder / f"{uuid.uuid4().hex}.pkl")
-                    d.dump(paths[-1])
-                self.count = len(delayed)
-                first = self._submit_command(self._submitit_command_str)
-            except BaseException:  # nothing half-written left: pickles, the unsubmitted script
-                for path in [*paths, *(set(folder.glob(".submission_file_*.sh")) - before)]:
-                    path.unlink(missing_ok=True)
-                raise
-            jobs = [
-                self.job_class(folder=self.folder, job_id=f"{first.job_id}_{t}", tasks=[0])
-                for t in range(len(delayed))
-            ]
-            for job, path in zip(jobs, paths):
-                job.paths.move_temporary_file(path, "submitted_pickle")
-            return jobs
-
-        def submit_trials(self, indices: Sequence[int], after: str | None) -> tuple[str, str]:
-            """``map_array`` of the trials ``indices`` (``after``: the array it waits for);
-            the array's job id and its batch script's path. Slurm's refusal is a UserError."""
-            from submitit.core.utils import FailedJobError
-
-            from ..runtime.submitit_trial import trial
-
-            self.parameters.pop("dependency", None)
-            if after is not None:
-                self.update_parameters(dependency=f"afterany:{after}")
-            try:  # submitit prints sbatch's refusal too: it is in the error, said once
-                with contextlib.redirect_stderr(io.StringIO()):
-                    jobs = self.map_array(trial, [self.sweep_dir] * len(indices), list(indices))
-            except FailedJobError as exc:
-                code = getattr(exc.__cause__, "returncode", 1)
-                raise slurm.refused(str(exc), code) from None
-            array = jobs[0].job_id.split("_")[0]
-            return array, str(sutils.JobPaths(self.folder, job_id=array).submission_file)
-
-    SweepExecutor.__module__, SweepExecutor.__qualname__ = __name__, "SweepExecutor"
-    return SweepExecutor
+    ex.parameters.pop("dependency", None)
+    if after is not None:
+        ex.update_parameters(dependency=f"afterany:{after}")
+    sweep_dir = ex.task.sweep_dir
+    try:  # submitit prints sbatch's refusal too: it is in the error, said once
+        with contextlib.redirect_stderr(io.StringIO()):
+            jobs = ex.map_array(trial, [sweep_dir] * len(indices), list(indices))
+    except FailedJobError as exc:
+        code = getattr(exc.__cause__, "returncode", 1)
+        raise slurm.refused(str(exc), code) from None
+    array = jobs[0].job_id.split("_")[0]
+    return array, str(JobPaths(ex.folder, job_id=array).submission_file)
