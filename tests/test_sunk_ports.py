@@ -47,68 +47,67 @@ Per script, original line -> spec key:
 
 allreduce.sbatch (``allreduce.yaml``)
     ``--job-name`` -> ``name``; ``--nodes=16``, ``--exclusive``, ``--time=00:10:00`` ->
-    ``resources``; one task per GPU on 8 GPUs a node (``allreduce.py`` pins rank
-    ``SLURM_LOCALID`` to that GPU; 128 ranks) -> ``gpus_per_node: 8`` and ``launcher: srun``
-    (``tasks_per_node`` defaults to the GPUs); eight ``export``s -> ``env`` (the script's own
-    set, ``profile: none``: it has UCX on ``ibp*`` devices and SHARP settings, and lacks UCX_TLS
-    and others of ``sunk``); ``CONTAINER_IMAGE=${CONTAINER_IMAGE:-ghcr.io#...}`` ->
-    ``container.image: ${oc.env:CONTAINER_IMAGE,ghcr.io/...}`` (docker form; the submitter's
-    ``CONTAINER_IMAGE`` wins, as there; :func:`test_image_comes_from_the_environment`);
-    ``--container-mounts=/mnt:/mnt`` -> ``container.mounts``; ``srun python
-    ${SCRIPT_DIR}/allreduce.py`` -> ``command: [python, allreduce.py]`` in the submit directory
-    (``BASH_SOURCE`` under sbatch is Slurm's spool copy).
+    ``resources``; one task per GPU on 8 GPUs a node (``allreduce.py`` pins rank ``SLURM_LOCALID``
+    to that GPU; 128 ranks) -> ``gpus_per_node: 8`` and ``launcher: srun`` (``tasks_per_node``
+    defaults to the GPUs); eight ``export``s -> ``env`` (the script's own set, ``profile: none``: it
+    has UCX on ``ibp*`` devices and SHARP settings, and lacks UCX_TLS and others of ``sunk``);
+    ``CONTAINER_IMAGE=${CONTAINER_IMAGE:-ghcr.io#...}`` -> ``container.image:
+    ${oc.env:CONTAINER_IMAGE,ghcr.io/...}`` (docker form; the submitter's ``CONTAINER_IMAGE`` wins,
+    as there; :func:`test_image_comes_from_the_environment`); ``--container-mounts=/mnt:/mnt`` ->
+    ``container.mounts``; ``srun python ${SCRIPT_DIR}/allreduce.py`` -> ``command: [python,
+    allreduce.py]`` in the submit directory (``BASH_SOURCE`` under sbatch is Slurm's spool copy).
 allreduce-torchrun.sbatch (``allreduce-torchrun.yaml``, as at 116a8fd5)
-    as at 116a8fd5: one task per node (``--ntasks-per-node=1``, no GPUs asked for); the
-    ``export``s and the image as above; ``srun bash -c "torchrun --nproc_per_node=$SLURM_NTASKS_PER_NODE
+    one task per node (``--ntasks-per-node=1``, no GPUs asked for); the ``export``s and the image as
+    above; ``srun bash -c "torchrun --nproc_per_node=$SLURM_NTASKS_PER_NODE
     --nnodes=$SLURM_JOB_NUM_NODES --node_rank=$SLURM_NODEID --master_addr --master_port
-    allreduce_torch.py"`` -> ``launcher: torchrun`` (``--nproc-per-node=1``, the tasks per
-    node; ``--nnodes`` filled in) and ``command: [python, allreduce_torch.py]`` (the file name
-    as the original writes it). The static rendezvous (node rank + master address) becomes
-    torchrun's c10d rendezvous at the first node: the same meeting point, no node rank needed.
+    allreduce_torch.py"`` -> ``launcher: torchrun`` (``--nproc-per-node=1``, the tasks per node;
+    ``--nnodes`` filled in) and ``command: [python, allreduce_torch.py]`` (the file name as the
+    original writes it). The static rendezvous (node rank + master address) becomes torchrun's c10d
+    rendezvous at the first node: the same meeting point, no node rank needed.
 nccl-test-distributed-h100-64-enroot.slurm
     ``--nodes=8``, ``--ntasks-per-node=8``, ``--gpus-per-node=8``, ``--cpus-per-task=8``,
-    ``--mem=128GB``, ``--time=20:00``, ``--exclusive`` -> ``resources``; its seven
-    ``export``s (with ``NCCL_NET_PLUGIN=none``) are exactly ``profile: sunk``; ``enroot import -o images/nccl_VERSION.sqsh docker://ghcr.io#...`` ->
-    ``container.image`` (pyxis imports it), or ``slurmkit image import URI --to DIR`` and
-    ``container.image=DIR/FILE.sqsh`` (:func:`test_image_knobs_are_overrides`); the NFS check
-    of that directory -> the self-check (shared filesystem mounted and writable);
-    ``$cflag`` -> ``container.remap_root: false`` (the non-root branch; root would pass
-    ``container.remap_root=true``); ``--no-container-mount-home`` -> ``mount_home: false``;
-    ``--mpi=pmix`` -> ``mpi: pmix``; ``all_reduce_perf -b 16M -e 8G -f 2 -g 1`` -> ``command``.
+    ``--mem=128GB``, ``--time=20:00``, ``--exclusive`` -> ``resources``; its seven ``export``s (with
+    ``NCCL_NET_PLUGIN=none``) are exactly ``profile: sunk``; ``enroot import -o
+    images/nccl_VERSION.sqsh docker://ghcr.io#...`` -> ``container.image`` (pyxis imports it), or
+    ``slurmkit image import URI --to DIR`` and ``container.image=DIR/FILE.sqsh``
+    (:func:`test_image_knobs_are_overrides`); the NFS check of that directory -> the self-check
+    (shared filesystem mounted and writable); ``$cflag`` -> ``container.remap_root: false`` (the
+    non-root branch; root would pass ``container.remap_root=true``); ``--no-container-mount-home``
+    -> ``mount_home: false``; ``--mpi=pmix`` -> ``mpi: pmix``; ``all_reduce_perf -b 16M -e 8G -f 2
+    -g 1`` -> ``command``.
 nccl-test-distributed-gb200-nvl72-enroot.slurm
-    as h100, with ``--nodes=16``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``;
-    ``--segment=16``, ``--distribution=block:block`` -> ``resources.extra``; its twelve
-    ``export``s are exactly ``profile: sunk-gb200``.
+    as h100, with ``--nodes=16``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``; ``--segment=16``,
+    ``--distribution=block:block`` -> ``resources.extra``; its twelve ``export``s are exactly
+    ``profile: sunk-gb200``.
 nccl-test-distributed-gb300-roce-nvl72-enroot.slurm
-    as gb200, but ``profile: sunk`` (no multi-node NVLink exports); ``NCCL_NET_PLUGIN=spcx``
-    and nine RoCE tuning ``export``s -> ``env`` (over the profile);
-    ``LD_LIBRARY_PATH=/opt/hpcx/nccl_spectrum-x_plugin/lib:$LD_LIBRARY_PATH`` ->
-    ``env_prepend`` (joined with the image's value inside the container; the original's batch
-    shell joined it with the host's).
+    as gb200, but ``profile: sunk`` (no multi-node NVLink exports); ``NCCL_NET_PLUGIN=spcx`` and
+    nine RoCE tuning ``export``s -> ``env`` (over the profile);
+    ``LD_LIBRARY_PATH=/opt/hpcx/nccl_spectrum-x_plugin/lib:$LD_LIBRARY_PATH`` -> ``env_prepend``
+    (joined with the image's value inside the container; the original's batch shell joined it with
+    the host's).
 llama3_1_8b-training.sbatch (``llama3_1_8b-training.yaml``; its default path, a virtual
 environment: the container lines are commented out there)
-    ``--nodes=4``, ``--exclusive`` -> ``resources``; ``--job-name`` -> ``name``;
-    ``GPUS_PER_NODE=8`` -> ``torchrun: {nproc_per_node: 8}``; the ``export``s -> ``env``
-    (``profile: none``),
-    except ``TORCHRUN`` and ``TRAIN_SCRIPT`` (they only build the srun line: ``launcher`` and
-    ``command``) and ``FSX_MOUNT=$(pwd):$DATA_PATH`` (not ported: a value made from the submit
-    directory has no spec form, and only the container branch reads it); ``srun -l`` -> ``srun:
+    ``--nodes=4``, ``--exclusive`` -> ``resources``; ``--job-name`` -> ``name``; ``GPUS_PER_NODE=8``
+    -> ``torchrun: {nproc_per_node: 8}``; the ``export``s -> ``env`` (``profile: none``), except
+    ``TORCHRUN`` and ``TRAIN_SCRIPT`` (they only build the srun line: ``launcher`` and ``command``)
+    and ``FSX_MOUNT=$(pwd):$DATA_PATH`` (not ported: only the commented-out container branch reads
+    it, where it would be ``container.mounts: ['${oc.env:PWD}:/fsx']``); ``srun -l`` -> ``srun:
     {label: true}``; ``torchrun --nproc_per_node --nnodes --rdzv_id=$SLURM_JOB_ID
-    --rdzv_backend=c10d --rdzv_endpoint=$(hostname)`` -> ``launcher: torchrun`` (the batch host
-    is the first node, the runtime's MASTER_ADDR); ``../src/train.py TRAINING_ARGS`` ->
-    ``command``. ``${AUTO_RESUME}`` (``--auto-resume=1`` only where ``/opt/sagemaker_cluster``
-    exists, i.e. on SageMaker HyperPod) has no ``srun`` key; on SUNK it is empty, and
-    slurmkit's requeue covers what it is for.
+    --rdzv_backend=c10d --rdzv_endpoint=$(hostname)`` -> ``launcher: torchrun`` (the batch host is
+    the first node, the runtime's MASTER_ADDR); ``../src/train.py TRAINING_ARGS`` -> ``command``.
+    ``${AUTO_RESUME}`` (``--auto-resume=1`` only where ``/opt/sagemaker_cluster`` exists, i.e. on
+    SageMaker HyperPod) has no ``srun`` key; on SUNK it is empty, and slurmkit's requeue covers what
+    it is for.
 2.distributed-training.sbatch, gpt3 (``gpt3-2.distributed-training.yaml``)
-    ``--nodes=2``, ``--exclusive`` -> ``resources``; ``--wait-all-nodes=1`` ->
-    ``resources.extra``; ``: "${VAR:=default}"`` knobs -> their defaults written into
-    ``command`` (``IMAGE`` -> ``container.image: ./megatron-training.sqsh``, ``FSX_MOUNT`` ->
-    ``container.mounts``, ``DATA_PATH`` -> the ``/fsx/...`` arguments;
-    ``GLOBAL_BATCH_SIZE:=$((288 * NODES / 2))`` -> 288, its value on the 2 nodes); three ``export``s ->
-    ``env`` (``profile: none``); ``srun -l --container-image --container-mounts`` -> ``srun: {label: true}`` and
-    ``container`` (``workdir: image``: the original passes no workdir); ``python -m
-    torch.distributed.run --nproc_per_node=8 ...`` -> ``launcher: torchrun`` (its ``torchrun``
-    entry point) with ``torchrun: {nproc_per_node: 8}``; ``${AUTO_RESUME}`` as for FSDP.
+    ``--nodes=2``, ``--exclusive`` -> ``resources``; ``--wait-all-nodes=1`` -> ``resources.extra``;
+    ``: "${VAR:=default}"`` knobs -> their defaults written into ``command`` (``IMAGE`` ->
+    ``container.image: ./megatron-training.sqsh``, ``FSX_MOUNT`` -> ``container.mounts``,
+    ``DATA_PATH`` -> the ``/fsx/...`` arguments; ``GLOBAL_BATCH_SIZE:=$((288 * NODES / 2))`` -> 288,
+    its value on the 2 nodes); three ``export``s -> ``env`` (``profile: none``); ``srun -l
+    --container-image --container-mounts`` -> ``srun: {label: true}`` and ``container`` (``workdir:
+    image``: the original passes no workdir); ``python -m torch.distributed.run --nproc_per_node=8
+    ...`` -> ``launcher: torchrun`` (its ``torchrun`` entry point) with ``torchrun: {nproc_per_node:
+    8}``; ``${AUTO_RESUME}`` as for FSDP.
 """
 
 from __future__ import annotations
