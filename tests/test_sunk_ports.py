@@ -12,12 +12,19 @@ slurmkit's version is ``VERSION``. The specs were written from the option names 
 torchrun and slurmkit, with the originals read for their facts (which options, which values):
 
 - coreweave/reference-architecture ``training/slurm/torch-allreduce/allreduce.sbatch`` and
-  ``allreduce-torchrun.sbatch`` (commit 116a8fd5);
-- coreweave/nccl-tests ``slurm/nccl-test-distributed-h100-64-enroot.slurm`` (1c7afce4),
-  ``...-gb200-nvl72-enroot.slurm`` and ``...-gb300-roce-nvl72-enroot.slurm`` (3e725c9a);
+  ``allreduce-torchrun.sbatch``: 8d7a23a was current on 2026-12-04; the stored copies hold both
+  only at 116a8fd5, and ``allreduce.py`` at 69c2beb3 (one rank per GPU, see below);
+- coreweave/nccl-tests ``slurm/nccl-test-distributed-h100-64-enroot.slurm``,
+  ``...-gb200-nvl72-enroot.slurm`` and ``...-gb300-roce-nvl72-enroot.slurm``: cb86553 was
+  current; read at 1c7afce4 (h100, plus its ``NCCL_NET_PLUGIN=none`` at cb86553) and 3e725c9a
+  (gb200, gb300-roce), the newest stored copies;
 - aws-samples/awsome-distributed-training ``3.test_cases/pytorch/FSDP/slurm/
-  llama3_1_8b-training.sbatch`` (04865bcd) and ``3.test_cases/megatron/megatron-lm/slurm/gpt3/
-  2.distributed-training.sbatch`` (3fa4eafe).
+  llama3_1_8b-training.sbatch`` and ``3.test_cases/megatron/megatron-lm/slurm/gpt3/
+  2.distributed-training.sbatch``: 7217859 was current; read at acb59e42 (the same text as
+  04865bcd) and 46f8bf7d, the newest stored copies.
+
+Every port names its profile (``profile: none`` where the script sets its own values): a
+profile in the user config applies to every spec that names none.
 
 Lines every port shares, mapped once here:
 
@@ -27,9 +34,9 @@ Lines every port shares, mapped once here:
 - ``srun ... --kill-on-bad-exit=1``: always on the step.
 - ``set -e...``, ``echo``: none (no shell runs the command).
 - ``MASTER_ADDR=$(scontrol show hostnames ... | head -n1)``: the runtime's (the first node);
-  ``MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))``: the runtime's port is
-  ``10000 + job id % 22768`` instead (below the node's ephemeral ports). Only the rendezvous
-  reads it, so any free port does.
+  ``MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))``: the runtime derives its own port from the
+  job id instead. Only the rendezvous reads it, so any free port does (a fixed one would be
+  ``env: {MASTER_PORT: ...}``).
 - No requeue in the originals: the benchmarks say ``requeue: {enabled: false}``
   (``--no-requeue``); the two training scripts keep slurmkit's requeue (``--requeue``,
   ``--signal=B:USR2@120``), which they gain.
@@ -40,65 +47,67 @@ Per script, original line -> spec key:
 
 allreduce.sbatch (``allreduce.yaml``)
     ``--job-name`` -> ``name``; ``--nodes=16``, ``--exclusive``, ``--time=00:10:00`` ->
-    ``resources``; ``--ntasks-per-node=1`` -> ``tasks_per_node: 1`` (the default: it is on the
-    step, not in the #SBATCH lines); eight ``export``s -> ``env`` (the script's own set, not a
-    profile: it has UCX on ``ibp*`` devices and SHARP settings, and lacks UCX_TLS and others of
-    ``sunk``); ``CONTAINER_IMAGE=${CONTAINER_IMAGE:-ghcr.io#...}`` -> ``container.image``
-    (docker form; the variable's override is ``container.image=...`` on the command line);
-    ``--container-mounts=/mnt:/mnt`` -> ``container.mounts``; ``srun python
-    ${SCRIPT_DIR}/allreduce.py`` -> ``launcher: srun`` (one task per node: no GPUs asked for)
-    and ``command: [python, allreduce.py]`` in the submit directory (``BASH_SOURCE`` under
-    sbatch is Slurm's spool copy).
-allreduce-torchrun.sbatch (``allreduce-torchrun.yaml``)
-    as above; ``srun bash -c "torchrun --nproc_per_node=$SLURM_NTASKS_PER_NODE
+    ``resources``; one task per GPU on 8 GPUs a node (``allreduce.py`` pins rank ``SLURM_LOCALID``
+    to that GPU; 128 ranks) -> ``gpus_per_node: 8`` and ``launcher: srun`` (``tasks_per_node``
+    defaults to the GPUs); eight ``export``s -> ``env`` (the script's own set, ``profile: none``: it
+    has UCX on ``ibp*`` devices and SHARP settings, and lacks UCX_TLS and others of ``sunk``);
+    ``CONTAINER_IMAGE=${CONTAINER_IMAGE:-ghcr.io#...}`` -> ``container.image:
+    ${oc.env:CONTAINER_IMAGE,ghcr.io/...}`` (docker form; the submitter's ``CONTAINER_IMAGE`` wins,
+    as there; :func:`test_image_comes_from_the_environment`); ``--container-mounts=/mnt:/mnt`` ->
+    ``container.mounts``; ``srun python ${SCRIPT_DIR}/allreduce.py`` -> ``command: [python,
+    allreduce.py]`` in the submit directory (``BASH_SOURCE`` under sbatch is Slurm's spool copy).
+allreduce-torchrun.sbatch (``allreduce-torchrun.yaml``, as at 116a8fd5)
+    one task per node (``--ntasks-per-node=1``, no GPUs asked for); the ``export``s and the image as
+    above; ``srun bash -c "torchrun --nproc_per_node=$SLURM_NTASKS_PER_NODE
     --nnodes=$SLURM_JOB_NUM_NODES --node_rank=$SLURM_NODEID --master_addr --master_port
-    allreduce_torch.py"`` -> ``launcher: torchrun`` (``--nproc-per-node=1``, the tasks per
-    node; ``--nnodes`` filled in) and ``command: [python, allreduce_torch.py]`` (the file name
-    as the original writes it). The static rendezvous (node rank + master address) becomes
-    torchrun's c10d rendezvous at the first node: the same meeting point, no node rank needed.
+    allreduce_torch.py"`` -> ``launcher: torchrun`` (``--nproc-per-node=1``, the tasks per node;
+    ``--nnodes`` filled in) and ``command: [python, allreduce_torch.py]`` (the file name as the
+    original writes it). The static rendezvous (node rank + master address) becomes torchrun's c10d
+    rendezvous at the first node: the same meeting point, no node rank needed.
 nccl-test-distributed-h100-64-enroot.slurm
     ``--nodes=8``, ``--ntasks-per-node=8``, ``--gpus-per-node=8``, ``--cpus-per-task=8``,
-    ``--mem=128GB``, ``--time=20:00``, ``--exclusive`` -> ``resources``; six ``export``s ->
-    ``env`` (profile ``sunk`` less NCCL_NET_PLUGIN, which this script does not set: ``sunk``
-    would add it); ``enroot import -o images/nccl_VERSION.sqsh docker://ghcr.io#...`` ->
-    ``container.image`` (pyxis imports it), or ``slurmkit image import URI --to DIR`` and
-    ``container.image=DIR/FILE.sqsh`` (:func:`test_image_knobs_are_overrides`); the NFS check
-    of that directory -> the self-check (shared filesystem mounted and writable);
-    ``$cflag`` -> ``container.remap_root: false`` (the non-root branch; root would pass
-    ``container.remap_root=true``); ``--no-container-mount-home`` -> ``mount_home: false``;
-    ``--mpi=pmix`` -> ``mpi: pmix``; ``all_reduce_perf -b 16M -e 8G -f 2 -g 1`` -> ``command``.
+    ``--mem=128GB``, ``--time=20:00``, ``--exclusive`` -> ``resources``; its seven ``export``s (with
+    ``NCCL_NET_PLUGIN=none``) are exactly ``profile: sunk``; ``enroot import -o
+    images/nccl_VERSION.sqsh docker://ghcr.io#...`` -> ``container.image`` (pyxis imports it), or
+    ``slurmkit image import URI --to DIR`` and ``container.image=DIR/FILE.sqsh``
+    (:func:`test_image_knobs_are_overrides`); the NFS check of that directory -> the self-check
+    (shared filesystem mounted and writable); ``$cflag`` -> ``container.remap_root: false`` (the
+    non-root branch; root would pass ``container.remap_root=true``); ``--no-container-mount-home``
+    -> ``mount_home: false``; ``--mpi=pmix`` -> ``mpi: pmix``; ``all_reduce_perf -b 16M -e 8G -f 2
+    -g 1`` -> ``command``.
 nccl-test-distributed-gb200-nvl72-enroot.slurm
-    as h100, with ``--nodes=16``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``;
-    ``--segment=16``, ``--distribution=block:block`` -> ``resources.extra``; its twelve
-    ``export``s are exactly ``profile: sunk-gb200``.
+    as h100, with ``--nodes=16``, ``--ntasks-per-node=4``, ``--gpus-per-node=4``; ``--segment=16``,
+    ``--distribution=block:block`` -> ``resources.extra``; its twelve ``export``s are exactly
+    ``profile: sunk-gb200``.
 nccl-test-distributed-gb300-roce-nvl72-enroot.slurm
-    as gb200, but ``profile: sunk`` (no multi-node NVLink exports); ``NCCL_NET_PLUGIN=spcx``
-    and nine RoCE tuning ``export``s -> ``env`` (over the profile);
-    ``LD_LIBRARY_PATH=/opt/hpcx/nccl_spectrum-x_plugin/lib:$LD_LIBRARY_PATH`` ->
-    ``env_prepend`` (joined with the image's value inside the container; the original's batch
-    shell joined it with the host's).
+    as gb200, but ``profile: sunk`` (no multi-node NVLink exports); ``NCCL_NET_PLUGIN=spcx`` and
+    nine RoCE tuning ``export``s -> ``env`` (over the profile);
+    ``LD_LIBRARY_PATH=/opt/hpcx/nccl_spectrum-x_plugin/lib:$LD_LIBRARY_PATH`` -> ``env_prepend``
+    (joined with the image's value inside the container; the original's batch shell joined it with
+    the host's).
 llama3_1_8b-training.sbatch (``llama3_1_8b-training.yaml``; its default path, a virtual
 environment: the container lines are commented out there)
-    ``--nodes=4``, ``--exclusive`` -> ``resources``; ``--job-name`` -> ``name``;
-    ``GPUS_PER_NODE=8`` -> ``torchrun: {nproc_per_node: 8}``; the ``export``s -> ``env``,
-    except ``TORCHRUN`` and ``TRAIN_SCRIPT`` (they only build the srun line: ``launcher`` and
-    ``command``) and ``FSX_MOUNT=$(pwd):$DATA_PATH`` (not ported: a value made from the submit
-    directory has no spec form, and only the container branch reads it); ``srun -l`` -> ``srun:
+    ``--nodes=4``, ``--exclusive`` -> ``resources``; ``--job-name`` -> ``name``; ``GPUS_PER_NODE=8``
+    -> ``torchrun: {nproc_per_node: 8}``; the ``export``s -> ``env`` (``profile: none``), except
+    ``TORCHRUN`` and ``TRAIN_SCRIPT`` (they only build the srun line: ``launcher`` and ``command``)
+    and ``FSX_MOUNT=$(pwd):$DATA_PATH`` (not ported: only the commented-out container branch reads
+    it, where it would be ``container.mounts: ['${oc.env:PWD}:/fsx']``); ``srun -l`` -> ``srun:
     {label: true}``; ``torchrun --nproc_per_node --nnodes --rdzv_id=$SLURM_JOB_ID
-    --rdzv_backend=c10d --rdzv_endpoint=$(hostname)`` -> ``launcher: torchrun`` (the batch host
-    is the first node, the runtime's MASTER_ADDR); ``../src/train.py TRAINING_ARGS`` ->
-    ``command``. ``${AUTO_RESUME}`` (``--auto-resume=1`` only where ``/opt/sagemaker_cluster``
-    exists, i.e. on SageMaker HyperPod) has no ``srun`` key; on SUNK it is empty, and
-    slurmkit's requeue covers what it is for.
+    --rdzv_backend=c10d --rdzv_endpoint=$(hostname)`` -> ``launcher: torchrun`` (the batch host is
+    the first node, the runtime's MASTER_ADDR); ``../src/train.py TRAINING_ARGS`` -> ``command``.
+    ``${AUTO_RESUME}`` (``--auto-resume=1`` only where ``/opt/sagemaker_cluster`` exists, i.e. on
+    SageMaker HyperPod) has no ``srun`` key; on SUNK it is empty, and slurmkit's requeue covers what
+    it is for.
 2.distributed-training.sbatch, gpt3 (``gpt3-2.distributed-training.yaml``)
-    ``--nodes=2``, ``--exclusive`` -> ``resources``; ``--wait-all-nodes=1`` ->
-    ``resources.extra``; ``: "${VAR:=default}"`` knobs -> their defaults written into
-    ``command`` (``IMAGE`` -> ``container.image: ./megatron-training.sqsh``, ``FSX_MOUNT`` ->
-    ``container.mounts``, ``DATA_PATH`` -> the ``/fsx/...`` arguments); three ``export``s ->
-    ``env``; ``srun -l --container-image --container-mounts`` -> ``srun: {label: true}`` and
-    ``container`` (``workdir: image``: the original passes no workdir); ``python -m
-    torch.distributed.run --nproc_per_node=8 ...`` -> ``launcher: torchrun`` (its ``torchrun``
-    entry point) with ``torchrun: {nproc_per_node: 8}``; ``${AUTO_RESUME}`` as for FSDP.
+    ``--nodes=2``, ``--exclusive`` -> ``resources``; ``--wait-all-nodes=1`` -> ``resources.extra``;
+    ``: "${VAR:=default}"`` knobs -> their defaults written into ``command`` (``IMAGE`` ->
+    ``container.image: ./megatron-training.sqsh``, ``FSX_MOUNT`` -> ``container.mounts``,
+    ``DATA_PATH`` -> the ``/fsx/...`` arguments; ``GLOBAL_BATCH_SIZE:=$((288 * NODES / 2))`` -> 288,
+    its value on the 2 nodes); three ``export``s -> ``env`` (``profile: none``); ``srun -l
+    --container-image --container-mounts`` -> ``srun: {label: true}`` and ``container`` (``workdir:
+    image``: the original passes no workdir); ``python -m torch.distributed.run --nproc_per_node=8
+    ...`` -> ``launcher: torchrun`` (its ``torchrun`` entry point) with ``torchrun: {nproc_per_node:
+    8}``; ``${AUTO_RESUME}`` as for FSDP.
 """
 
 from __future__ import annotations
@@ -180,18 +189,26 @@ class Port:
 
 PORTS: dict[str, Port] = {
     "allreduce": Port(
-        sbatch=("--job-name=torch-allreduce", "--time=00:10:00", "--nodes=16", "--exclusive"),
+        sbatch=(
+            "--job-name=torch-allreduce",
+            "--time=00:10:00",
+            "--nodes=16",
+            "--exclusive",
+            "--gpus-per-node=8",
+            "--ntasks-per-node=8",  # the number of GPUs, as allreduce.py says of the sbatch
+        ),
         step=(
             "--nodes=16",
-            "--ntasks=16",
-            "--ntasks-per-node=1",
+            "--ntasks=128",  # one rank per GPU
+            "--ntasks-per-node=8",
             f"--container-image={TORCH_EXTRAS}",
             f"--container-mounts=/mnt:/mnt,{SUBMIT}:{SUBMIT}",
             f"--container-workdir={SUBMIT}",
         ),
         env=TORCH_ALLREDUCE_ENV,
         command=("python", "allreduce.py"),
-        absent=("--cpus-per-task", "--gpus-per-node", "--mpi", "torchrun"),
+        absent=("--cpus-per-task", "--mpi", "torchrun"),
+        profile="none",
     ),
     "allreduce-torchrun": Port(
         sbatch=("--job-name=torch-allreduce", "--time=00:10:00", "--nodes=16", "--exclusive"),
@@ -208,6 +225,7 @@ PORTS: dict[str, Port] = {
         env=TORCH_ALLREDUCE_ENV,
         command=("python", "allreduce_torch.py"),
         absent=("--cpus-per-task", "--gpus-per-node", "--mpi"),
+        profile="none",
     ),
     "nccl-test-distributed-h100-64-enroot": Port(
         sbatch=(*NCCL_SBATCH, "--nodes=8", "--gpus-per-node=8", "--ntasks-per-node=8"),
@@ -219,9 +237,10 @@ PORTS: dict[str, Port] = {
             "--container-image=ghcr.io#coreweave/nccl-tests:"
             "12.9.1-devel-ubuntu22.04-nccl2.28.3-1-8b67957",
         ),
-        env={k: v for k, v in PROFILES["sunk"].items() if k != "NCCL_NET_PLUGIN"},
+        env=PROFILES["sunk"],  # with NCCL_NET_PLUGIN=none, as the script at cb86553
         command=ALL_REDUCE_PERF,
         absent=("--container-workdir", "--segment", "torchrun"),
+        profile="sunk",
     ),
     "nccl-test-distributed-gb200-nvl72-enroot": Port(
         sbatch=(
@@ -304,6 +323,7 @@ PORTS: dict[str, Port] = {
         },
         command=("python", "../src/train.py", "--max_context_width=8192"),
         absent=("--cpus-per-task", "--container", "--mpi", "selfcheck"),
+        profile="none",
     ),
     "gpt3-2.distributed-training": Port(
         sbatch=(
@@ -330,6 +350,7 @@ PORTS: dict[str, Port] = {
         },
         command=("python", "/workspace/Megatron-LM/pretrain_gpt.py"),
         absent=("--cpus-per-task", "--container-workdir", "--mpi"),
+        profile="none",
         files=("megatron-training.sqsh",),
     ),
 }
@@ -360,13 +381,15 @@ def rendered(tmp_path_factory):
             submit_dir = tmp_path_factory.mktemp(name)
             for file in PORTS[name].files:
                 (submit_dir / file).touch()
-            proc = run_cli(
-                "render",
-                str(SUNK / f"{name}.yaml"),
-                *overrides,
-                cwd=submit_dir,
-                env={"SLURMKIT_CONFIG": os.devnull},
-            )
+            with pytest.MonkeyPatch.context() as mp:  # the image default, not the caller's
+                mp.delenv("CONTAINER_IMAGE", raising=False)
+                proc = run_cli(
+                    "render",
+                    str(SUNK / f"{name}.yaml"),
+                    *overrides,
+                    cwd=submit_dir,
+                    env={"SLURMKIT_CONFIG": os.devnull},
+                )
             assert proc.returncode == 0, proc.stderr
             cache[key] = (proc.stdout, submit_dir)
         return cache[key]
@@ -429,11 +452,12 @@ def test_port_is_faithful(rendered, name, monkeypatch):
 
 
 def test_profiles_fit_where_the_scripts_match_them():
-    """gb200's exports are ``sunk-gb200``; h100's are ``sunk`` less one, so its spec lists them."""
+    """gb200's exports are ``sunk-gb200``; h100's (with ``NCCL_NET_PLUGIN=none`` at cb86553) are
+    ``sunk``, so neither spec lists them."""
     gb200 = PORTS["nccl-test-distributed-gb200-nvl72-enroot"]
     assert gb200.env == PROFILES["sunk-gb200"]
     h100 = PORTS["nccl-test-distributed-h100-64-enroot"].env
-    assert set(PROFILES["sunk"]) - set(h100) == {"NCCL_NET_PLUGIN"}
+    assert h100 == PROFILES["sunk"] and h100["NCCL_NET_PLUGIN"] == "none"
     roce = PORTS["nccl-test-distributed-gb300-roce-nvl72-enroot"].env
     assert not (set(PROFILES["sunk-gb200"]) - set(PROFILES["sunk"])) & set(roce)  # no MNNVL
 
@@ -455,6 +479,28 @@ def test_image_knobs_are_overrides(rendered, name, image):
     text, _ = rendered(name, f"container.image={image}")
     assert f"--container-image={enroot_uri(image)}" in step_argv(text)
     assert_shell_ok(text)
+
+
+@pytest.mark.parametrize("name", ["allreduce", "allreduce-torchrun"])
+def test_image_comes_from_the_environment(tmp_path, name):
+    """``CONTAINER_IMAGE=${CONTAINER_IMAGE:-ghcr.io#...}`` is
+    ``image: ${oc.env:CONTAINER_IMAGE,ghcr.io/...}``: the submitter's value wins, as there."""
+    image = "/mnt/vast/images/torch-extras.sqsh"
+    env = {"SLURMKIT_CONFIG": os.devnull, "CONTAINER_IMAGE": image}
+    proc = run_cli("render", str(SUNK / f"{name}.yaml"), cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--container-image={image}" in step_argv(proc.stdout)
+
+
+def test_a_profile_in_the_user_config_does_not_reach_the_ports(tmp_path, monkeypatch):
+    """A user config's ``profile`` applies to every spec that names none: each port names its
+    own (``none`` where the script exports its own set), so its environment stays the script's."""
+    config = tmp_path / "config.yaml"
+    config.write_text("profile: sunk-gb200\n")
+    monkeypatch.setenv("SLURMKIT_CONFIG", str(config))
+    for name, port in PORTS.items():
+        spec = spec_mod.load(str(SUNK / f"{name}.yaml"), job=True)
+        assert spec.env == port.env, name
 
 
 @pytest.mark.parametrize("name", ["llama3_1_8b-training", "gpt3-2.distributed-training"])
