@@ -200,7 +200,7 @@ def test_overlapped_snapshot_waits_for_the_optimizer_step(
     ``opt.step()`` waits for that copy, other tensors are copied at once, and the checkpoint holds
     the state as it was when ``save`` was called."""
     torch = pytest.importorskip("torch")
-    from slurmkit.runtime.checkpoint.snapshot import _Copies
+    from slurmkit.runtime.checkpoint.snapshot import Copies as _Copies
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
@@ -683,7 +683,7 @@ def test_sync_save_of_state_a_snapshot_would_deep_copy(tmp_path: Path) -> None:
     """Sparse tensors, modules and other objects go to torch.save as they are (a snapshot would
     fail on some or deep-copy them); dense trees are counted, shared storages once."""
     torch = pytest.importorskip("torch")
-    from slurmkit.runtime.checkpoint.snapshot import _dense_tree_bytes
+    from slurmkit.runtime.checkpoint.snapshot import dense_tree_bytes as _dense_tree_bytes
 
     w = torch.ones(4, 4)
     assert _dense_tree_bytes(
