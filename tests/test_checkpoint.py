@@ -272,6 +272,31 @@ def test_async_error_is_raised_at_next_call(tmp_path: Path) -> None:
     ckpt.close()
 
 
+PENDING_AT_EXIT = """
+import sys
+sys.path.insert(0, {root!r})
+from slurmkit.runtime.checkpoint import Checkpointer
+ck = Checkpointer(sys.argv[1], async_save=True, keep=1, mirror=False)
+ck.save({{"blob": bytes(16 << 20)}}, 1)
+ck.save({{"blob": bytes(16 << 20), "n": 2}}, 2)  # no wait(), no close(): the exit waits
+"""
+
+
+def test_a_pending_async_save_is_committed_and_pruned_at_exit(tmp_path: Path) -> None:
+    """The interpreter's exit finishes the write under way (its large writes go through the
+    helper thread), its commit and its pruning."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", PENDING_AT_EXIT.format(root=str(ROOT)), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert Checkpointer(tmp_path).steps() == [2] and os.listdir(tmp_path) == [
+        step_dir(tmp_path, 2).name
+    ]
+
+
 def test_fsspec_memory_backend(tmp_path: Path) -> None:
     local = Checkpointer(f"file://{tmp_path}")  # a local URL: plain files, with fsync
     local.save({"x": 1}, 1)

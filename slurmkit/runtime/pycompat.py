@@ -3,12 +3,16 @@
 ``threading._register_atexit`` (CPython 3.9 on; tested with 3.11), in
 :func:`before_thread_shutdown`. It runs a function when the main thread ends, before
 ``concurrent.futures`` stops taking work (which it registers the same way at import) and before
-the interpreter joins non-daemon threads. ``atexit`` runs too late for the checkpoint mirror's
-last upload: after that point an object store client whose connection needs a fresh name lookup
-(aiohttp resolves names through asyncio's default executor, a ``ThreadPoolExecutor``) fails with
-"cannot schedule new futures after shutdown". Measured here (s3fs against the test S3 server,
-endpoint ``localhost``, an upload 17 s after the first, past aiohttp's DNS cache): from an
-``atexit`` hook it fails so; from :func:`before_thread_shutdown` it succeeds. No public hook
+the interpreter joins non-daemon threads. ``atexit`` runs after both, too late for the
+checkpoints' exit guarantee (a pending save is committed and pruned, the mirror's last upload
+done, within ``mirror_wait``): (1) the save's writer and pruning run on ``ThreadPoolExecutor``
+threads, which then refuse work (``test_a_pending_async_save_is_committed_and_pruned_at_exit``
+in tests/test_checkpoint.py fails with ``atexit``); (2) an object
+store client whose connection needs a fresh name lookup fails there too (aiohttp resolves names
+through asyncio's default executor): measured with s3fs against the test S3 server, endpoint
+``localhost``, an upload 17 s after the first (past aiohttp's DNS cache) fails from an
+``atexit`` hook ("cannot schedule new futures after shutdown") and succeeds from this one. Our
+own executors could be replaced by plain threads; the client library's cannot. No public hook
 runs at that moment. Without the private function (another Python), ``atexit`` is the fallback.
 """
 
