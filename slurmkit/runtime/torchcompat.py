@@ -11,7 +11,10 @@ and signatures. ``pyproject.toml`` bounds torch to the versions tested.
   those bytes without a copy, or from storages already streamed to the GPU. ``torch.load`` takes a
   path or a file object only: from a file object it copies every storage out of it (a second
   pass over the whole state, twice its memory at the peak), and ``mmap=True`` needs a path, which
-  would read the file a second time.
+  would read the file a second time. Measured (torch 2.13, CPU, a 512 MiB state of 8 tensors
+  already in memory, median of 5 alternating runs on a shared 2-core machine): 0.001 s through
+  this, 0.47 s through ``torch.load`` on a file object over the same bytes, about what reading
+  the file from the page cache costs, so a resume would take about twice as long.
 - ``torch._C.PyTorchFileReader`` (:func:`zip_reader`): torch's zip reader over a file object,
   what ``torch.load`` builds internally; the argument :func:`load_records` needs.
 - ``torch._weights_only_unpickler`` (:func:`load_records` with ``weights_only``): the pickle
