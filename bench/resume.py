@@ -217,7 +217,7 @@ class Setup:
 
         def before(_: Any) -> Any:
             ckpt = Checkpointer(self.root)
-            ckpt._verify(1, ckpt._record(ckpt._dirname(1)))  # the checksum pass it made first
+            ckpt.dir.verify(1, ckpt.dir.record(1))  # the checksum pass it made first
             return torch.load(self.plain, map_location=location, weights_only=False)
 
         def from_mirror(_: Any) -> Any:

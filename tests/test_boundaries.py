@@ -146,3 +146,142 @@ def test_help_lists_each_operating_command_as_its_own_help_says():
     lazy, loaded = proc.stdout.split("=====\n")
     assert lazy == loaded
     assert "report    " in lazy and "ONE accounting query (sacct)" in lazy
+
+
+# -- no module reaches into another's underscore names --------------------------------------------
+
+# Underscore names a module may take from another slurmkit module: {(importer, "module.name"): why}
+UNDERSCORE_EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(importer: str, is_package: bool, module: str | None, level: int) -> str:
+    """The absolute name of what ``from <level dots><module> import ...`` imports from."""
+    if not level:
+        return module or ""
+    base = importer.split(".")
+    base = base[: len(base) - level + (1 if is_package else 0)]
+    return ".".join([*base, module] if module else base)
+
+
+def underscore_reaches(package: Path, top: str = "slurmkit") -> list[str]:
+    """Where a module under ``package`` takes an underscore name of another ``top`` module:
+    ``from X import _name`` and ``X._name`` (X a module bound by an import), as
+    ``"importer:line: X._name"``. Dunder names (``__version__``) are public."""
+    import ast
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        importer = _module_name(path)
+        tree = ast.parse(path.read_text(), str(path))
+        modules: dict[str, str] = {}  # local name -> the slurmkit module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                source = _resolve(importer, path.name == "__init__.py", node.module, node.level)
+                if source.split(".")[0] != top:
+                    continue
+                for alias in node.names:
+                    target = f"{source}.{alias.name}"
+                    if private(alias.name) and (importer, target) not in UNDERSCORE_EXCEPTIONS:
+                        found.append(f"{importer}:{node.lineno}: {target}")
+                    modules[alias.asname or alias.name] = target  # a module or not: see below
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == top:
+                        modules[alias.asname or alias.name] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and private(node.attr)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+            ):
+                target = f"{modules[node.value.id]}.{node.attr}"
+                if (importer, target) not in UNDERSCORE_EXCEPTIONS:
+                    found.append(f"{importer}:{node.lineno}: {target}")
+    return found
+
+
+def test_underscore_reaches_finds_both_forms(tmp_path, monkeypatch):
+    """The check itself: an underscore import and an underscore attribute of an imported
+    module are found, relative or absolute; public names, dunders and own names are not."""
+    pkg = tmp_path / "slurmkit" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import public, __version__\n")
+    (pkg / "a.py").write_text("_own = 1\npublic = _own\n__version__ = '1'\n")
+    (pkg / "b.py").write_text(
+        "from __future__ import annotations\nimport json\nfrom . import a\n"
+        "from .a import _own\nfrom slurmkit.pkg.a import _own as own\n"
+        "import slurmkit.pkg.a as mod\nx = a._own + mod._own + json._default_decoder\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert underscore_reaches(pkg) == [
+        "slurmkit.pkg.b:4: slurmkit.pkg.a._own",
+        "slurmkit.pkg.b:5: slurmkit.pkg.a._own",
+        "slurmkit.pkg.b:7: slurmkit.pkg.a._own",
+        "slurmkit.pkg.b:7: slurmkit.pkg.a._own",
+    ]
+
+
+def test_the_checkpoint_package_takes_no_underscore_name_of_another_module():
+    assert not underscore_reaches(ROOT / "slurmkit" / "runtime" / "checkpoint")
+
+
+def import_cycles(package: Path) -> list[list[str]]:
+    """The import cycles among the modules of ``package`` (imports inside functions count),
+    each as the modules along it; ``[]`` when there is none."""
+    import ast
+
+    names = {_module_name(p): p for p in sorted(package.rglob("*.py"))}
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for importer, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(importer, path.name == "__init__.py", node.module, node.level)
+                # ``from X import m``: the module X.m where there is one, else X itself
+                targets = [
+                    f"{source}.{a.name}" if f"{source}.{a.name}" in names else source
+                    for a in node.names
+                ]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[importer].update(t for t in targets if t in names and t != importer)
+    cycles, done = [], set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycles.append([*trail[trail.index(name) :], name])
+            return
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    return cycles
+
+
+def test_import_cycles_are_found(tmp_path, monkeypatch):
+    pkg = tmp_path / "slurmkit" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import x\n")
+    (pkg / "b.py").write_text("x = 1\ndef f():\n    from . import a\n")
+    (pkg / "c.py").write_text("from .b import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert import_cycles(pkg) == [["slurmkit.pkg.a", "slurmkit.pkg.b", "slurmkit.pkg.a"]]
+
+
+def test_the_checkpoint_package_has_no_import_cycle():
+    assert import_cycles(ROOT / "slurmkit" / "runtime" / "checkpoint") == []

@@ -200,7 +200,7 @@ def test_overlapped_snapshot_waits_for_the_optimizer_step(
     ``opt.step()`` waits for that copy, other tensors are copied at once, and the checkpoint holds
     the state as it was when ``save`` was called."""
     torch = pytest.importorskip("torch")
-    from slurmkit.runtime.checkpoint.snapshot import _Copies
+    from slurmkit.runtime.checkpoint.snapshot import Copies as _Copies
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.BatchNorm1d(64))
@@ -270,6 +270,31 @@ def test_async_error_is_raised_at_next_call(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="lambda|pickle"):
         ckpt.save({"ok": 4}, 4)  # the next save raises the previous one's error
     ckpt.close()
+
+
+PENDING_AT_EXIT = """
+import sys
+sys.path.insert(0, {root!r})
+from slurmkit.runtime.checkpoint import Checkpointer
+ck = Checkpointer(sys.argv[1], async_save=True, keep=1, mirror=False)
+ck.save({{"blob": bytes(16 << 20)}}, 1)
+ck.save({{"blob": bytes(16 << 20), "n": 2}}, 2)  # no wait(), no close(): the exit waits
+"""
+
+
+def test_a_pending_async_save_is_committed_and_pruned_at_exit(tmp_path: Path) -> None:
+    """The interpreter's exit finishes the write under way (its large writes go through the
+    helper thread), its commit and its pruning."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", PENDING_AT_EXIT.format(root=str(ROOT)), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert Checkpointer(tmp_path).steps() == [2] and os.listdir(tmp_path) == [
+        step_dir(tmp_path, 2).name
+    ]
 
 
 def test_fsspec_memory_backend(tmp_path: Path) -> None:
@@ -683,7 +708,7 @@ def test_sync_save_of_state_a_snapshot_would_deep_copy(tmp_path: Path) -> None:
     """Sparse tensors, modules and other objects go to torch.save as they are (a snapshot would
     fail on some or deep-copy them); dense trees are counted, shared storages once."""
     torch = pytest.importorskip("torch")
-    from slurmkit.runtime.checkpoint.snapshot import _dense_tree_bytes
+    from slurmkit.runtime.checkpoint.snapshot import dense_tree_bytes as _dense_tree_bytes
 
     w = torch.ones(4, 4)
     assert _dense_tree_bytes(

@@ -32,8 +32,8 @@ from slurmkit.runtime.checkpoint import (  # noqa: E402
 )
 from slurmkit.runtime.checkpoint import checkpointer as policy  # noqa: E402
 from slurmkit.runtime.checkpoint.fetch import Fetch, Invalid, Source  # noqa: E402
-from slurmkit.runtime.checkpoint.snapshot import _Snapshot  # noqa: E402
-from slurmkit.runtime.checkpoint.storage import _storage  # noqa: E402
+from slurmkit.runtime.checkpoint.snapshot import Snapshot as _Snapshot  # noqa: E402
+from slurmkit.runtime.checkpoint.storage import open_store as _storage  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -525,7 +525,7 @@ import os, signal, sys, threading, time
 sys.path.insert(0, {root!r})
 import torch
 from slurmkit.runtime.checkpoint import Checkpointer
-from slurmkit.runtime.checkpoint.snapshot import _Snapshot
+from slurmkit.runtime.checkpoint.snapshot import Snapshot as _Snapshot
 
 gate = threading.Event()
 reserve = _Snapshot.reserve

@@ -13,10 +13,16 @@ torch = pytest.importorskip("torch")
 
 from slurmkit.runtime import pinned  # noqa: E402
 from slurmkit.runtime.checkpoint.snapshot import (  # noqa: E402
-    _Copies,
-    _dense_tree_bytes,
+    Copies as _Copies,
+)
+from slurmkit.runtime.checkpoint.snapshot import (  # noqa: E402
+    Snapshot as _Snapshot,
+)
+from slurmkit.runtime.checkpoint.snapshot import (  # noqa: E402
     _key,
-    _Snapshot,
+)
+from slurmkit.runtime.checkpoint.snapshot import (  # noqa: E402
+    dense_tree_bytes as _dense_tree_bytes,
 )
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

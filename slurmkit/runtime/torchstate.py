@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 
 def rng_state() -> dict[str, Any]:
@@ -64,9 +64,9 @@ class DataPosition:
     ``epoch``; ``batch``: batches of this epoch done; ``step``: batches done in all. At each
     epoch start it records the generator that shuffles (the loader's ``generator``, else torch's
     global one). On resume it rewinds that generator to the epoch start, rebuilds the epoch's
-    iterator and skips the batches done: without loading them when the loader has no workers and
-    a map-style dataset, else by loading them again (workers then reach the same RNG states).
-    The global RNG states are left as :func:`restore` set them.
+    iterator and skips the batches done by loading them again (through the loader's public
+    iterator: its sampler, workers and their RNGs then reach the same states). The global RNG
+    states are left as :func:`restore` set them.
     """
 
     def __init__(self, loader: DataLoader) -> None:
@@ -115,18 +115,8 @@ class DataPosition:
         restored = rng_state()
         self._generator().set_state(self._epoch_rng)
         batches = iter(self.loader)
-        sampler = getattr(batches, "_sampler_iter", None)
-        if (
-            sampler is not None
-            and self.loader.num_workers == 0
-            and not isinstance(self.loader.dataset, IterableDataset)
-        ):
-            for _ in range(self.batch):  # indices only: no sample is loaded
-                next(sampler)
-            batches._num_yielded += self.batch
-        else:
-            for _ in range(self.batch):
-                next(batches)
+        for _ in range(self.batch):  # loaded again: the loader's RNGs reach the same states
+            next(batches)
         set_rng_state(restored)
         return batches
 

@@ -1,17 +1,8 @@
-"""Atomic, checksummed checkpoints on a local directory or any fsspec URL (stdlib only at import).
-
-Layout under ``root``::
-
-    step-000000001200/
-        COMMIT.json          the commit record: the checkpoint exists only once this file does
-        state-1f2e3d4c.pt    torch.save output (``.pkl``: plain pickle; ``dcp-<token>/``: sharded)
-        .tmp-...             a write in progress, or a crash's leftover: never read, removed later
-
-A save writes each file under a ``.tmp-`` name, flushes and fsyncs it, renames it into place,
-fsyncs the directory, then writes ``COMMIT.json`` (step, files, sizes, CRC32s, time) the same
-way. Readers trust only committed checkpoints whose files match their record, so a kill at any
-point leaves the previous checkpoint loadable. Older checkpoints are pruned (``keep``) only
-after the new commit is durable.
+"""The fast path's checkpoints: :class:`Checkpointer` saves (synchronously, or in the
+background from a snapshot of the state), loads and resumes them, on one root (a local
+directory or any fsspec URL; its layout and commit protocol: :mod:`.directory`), and hands each
+commit to the mirror (:mod:`.mirror`) and the trial's journal (:mod:`.journal`). Stdlib only at
+import.
 
 The state is written with ``torch.save`` when torch is imported (tensors, state dicts, anything
 picklable), else with pickle; checkpoints are trusted like code (``weights_only=False``).
@@ -19,38 +10,25 @@ picklable), else with pickle; checkpoints are trusted like code (``weights_only=
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import pickle
-import re
 import secrets
 import sys
 import threading
-import time
 import warnings
 import weakref
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from .. import crc, memory
-from .collectives import _collective, _distributed, _rank, agree_step
+from .. import memory, pycompat
+from .collectives import agree_step, collective, distributed
+from .collectives import rank as default_rank
 from .dcpread import storage_reader
+from .directory import KINDS, WHOLE, CheckpointDir, Record, dirname, new_record, warn_skipping
 from .fetch import Invalid as _Invalid
 from .journal import record as journal
-from .reader import read
-from .snapshot import _Copies, _dense_tree_bytes, _owned_by, _Snapshot
-from .storage import CheckpointError, _failure, _storage
-from .writer import _dump, _Writer
-
-if TYPE_CHECKING:
-    from .mirror import Mirror, MirrorStatus
-
-COMMIT = "COMMIT.json"
-_TMP = ".tmp-"
-_STEP_DIR = re.compile(r"step-(\d+)")
-
+from .mirror import Mirror, MirrorStatus, attach
+from .snapshot import Copies, Snapshot, dense_tree_bytes, owned_by
+from .storage import CheckpointError, failure
 
 _open: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
 
@@ -63,13 +41,9 @@ def _wait_all() -> None:
             print(f"slurmkit.checkpoint: last checkpoint not saved: {exc}", file=sys.stderr)
 
 
-# At exit, before concurrent.futures stops taking work (an atexit hook would run after that,
-# and a pending asynchronous save could then not write nor prune)
-threading._register_atexit(_wait_all)  # type: ignore[attr-defined]
-
-
-def _skipping(step: int, why: Exception) -> None:
-    warnings.warn(f"slurmkit.checkpoint: skipping step {step}: {why}", RuntimeWarning, stacklevel=4)
+# A pending asynchronous save, its pruning and the mirror's uploads are waited for at exit while
+# concurrent.futures still takes work (see slurmkit.runtime.pycompat for why atexit is too late)
+pycompat.before_thread_shutdown(_wait_all)
 
 
 class Checkpointer:
@@ -101,30 +75,26 @@ class Checkpointer:
     ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
-        self.store = _storage(root)
-        self.root = self.store.root
+        self.dir = CheckpointDir(root)
+        self.store, self.root = self.dir.store, self.dir.root
         self.keep = keep
         self.async_save = async_save
         self._rank = rank
-        self._pool: ThreadPoolExecutor | None = None
-        self._crcs: ThreadPoolExecutor | None = None
-        self._pruning: Future[None] | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._snapshot: _Snapshot | None = None
+        self._snapshot: Snapshot | None = None
         self._preparing: threading.Thread | None = None  # prepare() making the snapshot's buffers
         self._unprepared: BaseException | None = None  # why it failed
         self._hooks: list[Any] = []  # optimizer step-pre-hooks of an overlapped snapshot
-        self._verified: dict[int, dict[str, Any]] = {}
-        from .mirror import attach  # the mirror module builds on this one
-
-        self.mirror: Mirror | None = attach(self, mirror, mirror_keep)
+        self.mirror: Mirror | None = attach(self.dir, mirror, mirror_keep, keep)
+        if self.mirror is not None:
+            weakref.finalize(self, self.mirror.stop).atexit = False  # a dropped Checkpointer
         self.mirror_wait = mirror_wait
         _open.add(self)
 
     @property
     def rank(self) -> int:
-        return _rank() if self._rank is None else self._rank
+        return default_rank() if self._rank is None else self._rank
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -132,12 +102,14 @@ class Checkpointer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _join(self, *parts: str) -> str:
-        return self.store.sep.join([self.root, *parts])
+    # the step directory's name and path, and its commit record (tests read them)
+    _dirname = staticmethod(dirname)
 
-    @staticmethod
-    def _dirname(step: int) -> str:
-        return f"step-{step:012d}"
+    def _join(self, *parts: str) -> str:
+        return self.dir.path(*parts)
+
+    def _record(self, name: str) -> Record | None:
+        return self.dir.record(int(name[5:]))
 
     # -- saving --
 
@@ -172,8 +144,8 @@ class Checkpointer:
                 if overlap is None
                 else (list(overlap) if isinstance(overlap, (list, tuple)) else [overlap])
             )
-            self._snapshot = self._snapshot or _Snapshot()
-            snap, copies = self._snapshot.take(state, _owned_by(optimizers))
+            self._snapshot = self._snapshot or Snapshot()
+            snap, copies = self._snapshot.take(state, owned_by(optimizers))
             if copies is not None:
                 self._hooks = [opt.register_step_pre_hook(copies.guard) for opt in optimizers]
         else:
@@ -191,11 +163,11 @@ class Checkpointer:
         large and released after the write (``torch.save`` would copy each storage through
         pageable memory, ~1.7x slower), when it fits in half of what this process may still
         take; otherwise ``state`` itself."""
-        sizes = _dense_tree_bytes(state)
+        sizes = dense_tree_bytes(state)
         if sizes is None or not sizes[1] or sizes[0] > memory.available() // 2:
             return state
         try:
-            return _Snapshot(small_pinned=False).take(state)[0]
+            return Snapshot(small_pinned=False).take(state)[0]
         except (RuntimeError, MemoryError):  # out of host or lockable memory: torch.save's way
             return state
 
@@ -218,7 +190,7 @@ class Checkpointer:
             return
         import torch
 
-        snap = _Snapshot()
+        snap = Snapshot()
         plan = snap.plan(state)
         device = torch.cuda.current_device() if any(cuda for _, cuda in plan) else None
         thread = threading.Thread(
@@ -230,7 +202,7 @@ class Checkpointer:
         thread.start()
         self._preparing, self._snapshot = thread, snap
 
-    def _reserve(self, snap: _Snapshot, plan: list[tuple[int, bool]], device: int | None) -> None:
+    def _reserve(self, snap: Snapshot, plan: list[tuple[int, bool]], device: int | None) -> None:
         try:
             if device is not None:
                 import torch
@@ -255,7 +227,7 @@ class Checkpointer:
             )
             self._unprepared = self._snapshot = None
 
-    def _background(self, snap: Any, step: int, how: str, copies: _Copies | None) -> None:
+    def _background(self, snap: Any, step: int, how: str, copies: Copies | None) -> None:
         try:
             if copies is not None:
                 copies.finish()
@@ -266,9 +238,7 @@ class Checkpointer:
     @property
     def writing(self) -> bool:
         """Whether an asynchronous save (or the pruning after a save) is still under way."""
-        return (self._thread is not None and self._thread.is_alive()) or (
-            self._pruning is not None and not self._pruning.done()
-        )
+        return (self._thread is not None and self._thread.is_alive()) or self.dir.pruning
 
     def wait(self) -> None:
         """Wait for the pending asynchronous write and pruning; raise the write's error, if any."""
@@ -282,12 +252,7 @@ class Checkpointer:
         error, self._error = self._error, None
         if error is not None:
             raise error
-        self._pruned()
-
-    def _pruned(self) -> None:
-        if self._pruning is not None:
-            self._pruning.result()
-            self._pruning = None
+        self.dir.join()
 
     def wait_mirrored(self, timeout: float | None = None) -> bool:
         """Wait for the pending write, then up to ``timeout`` seconds for the mirror's uploads;
@@ -307,227 +272,41 @@ class Checkpointer:
         finally:
             if self.mirror is not None:
                 self.mirror.stop()
-            for pool in (self._pool, self._crcs):
-                if pool is not None:
-                    pool.shutdown()
-            self._pool = self._crcs = None
-            self._pruning = None
+            self.dir.close()
             if self._snapshot is not None:
                 self._snapshot.drain()
             self._snapshot = None
             _open.discard(self)
 
-    def _crc_pool(self) -> ThreadPoolExecutor | None:
-        """Threads for checksums of large files; ``None`` where one thread is all there is."""
-        if self._crcs is None and crc.threads() > 1:
-            self._crcs = ThreadPoolExecutor(crc.threads(), thread_name_prefix="slurmkit-crc")
-        return self._crcs
-
-    def _io(self) -> ThreadPoolExecutor:
-        """The helper thread: file writes overlapping the CRC, then pruning after a commit."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurmkit-checkpoint-io")
-        return self._pool
+    def _crc_pool(self) -> Any:
+        """The checksum threads (see :meth:`.directory.CheckpointDir.crc_pool`)."""
+        return self.dir.crc_pool()
 
     def _write(self, state: Any, step: int, how: str) -> None:
-        self._pruned()  # pruning must not see this save's uncommitted directory
-        name = self._dirname(step)
-        directory = self._join(name)
-        kind = "torch" if how == "torch" else "pickle"
-        data = f"state-{secrets.token_hex(4)}.{'pt' if kind == 'torch' else 'pkl'}"
-        try:
-            fresh = self._record_or_none(name) is None
-            try:
-                self.store.makedirs(directory)
-                if fresh:
-                    self.store.sync_dir(self.root)
-                files = {data: self._write_file(directory, data, state, how)}
-                record = {
-                    "format": 1,
-                    "step": step,
-                    "kind": kind,
-                    "time": time.time(),
-                    "files": files,
-                }
-                self._commit(directory, record)
-            except BaseException:
-                self._remove(directory if fresh else self.store.sep.join([directory, data]))
-                raise
-            self.store.sync_dir(directory)
-        except OSError as exc:
-            raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
-        self._verified[step] = record
+        self.dir.join()  # pruning must not see this save's uncommitted directory
+        self._committed(self.dir.save(step, state, how))
+        self.dir.prune_later(self.keep, step)
+
+    def _committed(self, record: Record) -> None:
+        """Tell the trial's journal and the mirror of a new commit."""
+        step = record["step"]
+        journal(step, record["time"], self.dir.step_path(step))  # trials/ID/checkpoints.jsonl
         if self.mirror is not None:
             self.mirror.put(step, record)
-        self._pruning = self._io().submit(self._prune, step)
-
-    def _write_file(self, directory: str, name: str, state: Any, how: str) -> dict[str, int]:
-        """Write ``directory/name`` through a temporary file; its size and CRC32."""
-        tmp = self.store.sep.join([directory, f"{_TMP}{name}.{secrets.token_hex(4)}"])
-        sink = self.store.sink(tmp)
-        try:
-            fh = _Writer(sink, self._io(), self._crc_pool())
-            _dump(state, how, fh)
-            fh.flush()
-            sink.commit()
-        except BaseException:
-            with contextlib.suppress(Exception):  # the first error is the one to report
-                sink.abort()
-            self._remove(tmp)
-            raise
-        try:
-            self.store.replace(tmp, self.store.sep.join([directory, name]))
-        except BaseException:
-            self._remove(tmp)
-            raise
-        return {"size": fh.size, "crc32": fh.crc}
-
-    def _commit(self, directory: str, record: dict[str, Any]) -> None:
-        """Make the renamed data files durable, then write the commit record (the caller syncs
-        the directory once more for the record's own rename)."""
-        self.store.sync_dir(directory)
-        body = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
-        self._write_file(directory, COMMIT, body, "bytes")
-        journal(record["step"], record["time"], directory)  # trials/ID/checkpoints.jsonl
-
-    def _remove(self, path: str) -> None:
-        with contextlib.suppress(OSError):
-            self.store.remove(path)
-
-    def _prune(self, current: int) -> None:
-        """Keep the newest ``keep`` committed checkpoints (and ``current``); remove the rest."""
-        try:
-            dirs = self._dirs()
-            records = {step: self._record_or_none(name) for step, name in dirs.items()}
-            committed = sorted(step for step, rec in records.items() if rec is not None)
-            kept = set(committed[-self.keep :]) | {current}
-            for step, name in dirs.items():
-                record = records[step]
-                if step not in kept:
-                    if record is not None:
-                        self.store.remove(self._join(name, COMMIT))
-                    self.store.remove(self._join(name))
-                    self._verified.pop(step, None)
-                elif record is not None:
-                    used = {f.split("/")[0] for f in record["files"]} | {COMMIT}
-                    for entry in self.store.listdir(self._join(name)):
-                        if entry not in used:
-                            self.store.remove(self._join(name, entry))
-        except OSError as exc:
-            warnings.warn(
-                f"slurmkit.checkpoint: pruning {self.root} failed: {exc}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
 
     # -- reading --
 
-    def _dirs(self) -> dict[int, str]:
-        found = {}
-        for entry in self.store.listdir(self.root):
-            match = _STEP_DIR.fullmatch(entry)
-            if match:
-                found[int(match.group(1))] = entry
-        return found
-
-    def _record(self, name: str) -> dict[str, Any] | None:
-        """The commit record of step directory ``name``; ``None`` if it has none (yet).
-
-        Raises :class:`_Invalid` for a damaged record."""
-        try:
-            with self.store.open(self._join(name, COMMIT)) as fh:
-                record = json.loads(fh.read())
-            ok = (
-                record["step"] == int(name[5:])
-                and isinstance(record["files"], dict)
-                and all(isinstance(v["size"], int) for v in record["files"].values())
-            )
-        except FileNotFoundError:
-            return None
-        except (ValueError, KeyError, TypeError, AttributeError):
-            ok = False
-        if not ok:
-            raise _Invalid(f"damaged commit record {self._join(name, COMMIT)}")
-        return record
-
-    def _record_or_none(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self._record(name)
-        except _Invalid:
-            return None
-
-    def _committed(self, kinds: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
-        """Committed checkpoints of these kinds, newest first (files not yet verified)."""
-        out = []
-        for step, name in sorted(self._dirs().items(), reverse=True):
-            try:
-                record = self._record(name)
-            except _Invalid as exc:
-                _skipping(step, exc)
-                continue
-            if record is not None and record.get("kind") in kinds:
-                out.append((step, record))
-        return out
-
     def steps(self) -> list[int]:
         """Steps of the committed checkpoints, oldest first (files not verified)."""
-        return [step for step, _ in reversed(self._committed(("torch", "pickle", "dcp")))]
-
-    def _verify(self, step: int, record: dict[str, Any]) -> None:
-        if self._verified.get(step) == record:
-            return
-        directory = self._join(self._dirname(step))
-        for rel, info in record["files"].items():
-            path = self.store.sep.join([directory, rel])
-            try:
-                if "crc32" in info:
-                    size, crc = self._checksum(path)
-                else:
-                    size, crc = self.store.size(path), None
-            except FileNotFoundError:
-                raise _Invalid(f"missing {path}") from None
-            if size != info["size"]:
-                raise _Invalid(f"{path} has {size} bytes, its record says {info['size']}")
-            if crc != info.get("crc32"):
-                raise _Invalid(f"checksum mismatch in {path}")
-        self._verified[step] = record
-
-    def _checksum(self, path: str) -> tuple[int, int]:
-        with self.store.open(path) as fh:
-            return crc.of_stream(fh, self._crc_pool())
-
-    def _valid(self, kinds: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
-        """Committed checkpoints whose files check out, newest first; warns about the others."""
-        for step, record in self._committed(kinds):
-            try:
-                self._verify(step, record)
-            except _Invalid as exc:
-                _skipping(step, exc)
-                continue
-            yield step, record
-
-    def _newest(self, kinds: tuple[str, ...]) -> int | None:
-        try:
-            return next((step for step, _ in self._valid(kinds)), None)
-        except OSError as exc:
-            raise _failure(exc, "cannot read checkpoints", self.root) from exc
+        return self.dir.steps()
 
     def latest_step(self) -> int | None:
         """The newest step whose checkpoint is committed and checks out, or ``None``."""
-        return self._newest(("torch", "pickle", "dcp"))
+        return self.dir.newest(KINDS)
 
     def load(self, step: int, *, map_location: Any = "cpu") -> Any:
         """The state saved as ``step``; :class:`CheckpointError` if it is missing or damaged."""
-        name = self._dirname(step)
-        try:
-            record = self._record(name)
-            if record is None or record.get("kind") not in ("torch", "pickle"):
-                raise _Invalid("no committed torch/pickle checkpoint there")
-            return self._deserialize(step, record, map_location)
-        except _Invalid as exc:
-            raise CheckpointError(f"checkpoint step {step}: {self._join(name)}: {exc}") from None
-        except OSError as exc:
-            raise _failure(exc, f"cannot read checkpoint step {step}", self._join(name)) from exc
+        return self.dir.load(step, map_location=map_location)
 
     def load_latest(self, *, map_location: Any = "cpu") -> tuple[int, Any] | None:
         """``(step, state)`` of the newest valid checkpoint, or ``None``.
@@ -537,25 +316,25 @@ class Checkpointer:
         valid on either tier (for one step, the fast path's copy first).
         """
         if self.mirror is not None:
-            return self.mirror.load_newest(self, map_location)
+            return self.mirror.load_newest(map_location)
         try:
-            for step, record in self._committed(("torch", "pickle")):
+            for step, record in self.dir.committed(WHOLE):
                 try:
-                    return step, self._deserialize(step, record, map_location)
+                    return step, self.dir.read(step, record, map_location=map_location)
                 except _Invalid as exc:
-                    _skipping(step, exc)
+                    warn_skipping(step, exc)
         except OSError as exc:
-            raise _failure(exc, "cannot read checkpoints", self.root) from exc
+            raise failure(exc, "cannot read checkpoints", self.root) from exc
         return None
 
     def resume(self, *, map_location: Any = "cpu") -> tuple[int, Any] | None:
         """Like :meth:`load_latest`, at the newest step valid on every rank (:func:`agree_step`)."""
         if self.mirror is not None:  # one read, usually the agreed step
-            found = self.mirror.load_newest(self, map_location)
+            found = self.mirror.load_newest(map_location)
             step = agree_step(None if found is None else found[0])
             if step is None or (found is not None and found[0] == step):
                 return found
-            return step, self.mirror.load(self, step, map_location)
+            return step, self.mirror.load(step, map_location)
         found = self.load_latest(map_location=map_location)  # one read, usually the agreed step
         step = agree_step(None if found is None else found[0])
         if step is None:
@@ -564,13 +343,6 @@ class Checkpointer:
             return found
         found = None  # another rank lacks this step: free the state before loading the agreed one
         return step, self.load(step, map_location=map_location)
-
-    def _deserialize(self, step: int, record: dict[str, Any], map_location: Any) -> Any:
-        """The state of checkpoint ``step``, its file checked while read (:func:`.reader.read`);
-        :class:`_Invalid` when it does not match ``record``."""
-        state = read(self.store, self._join(self._dirname(step)), record, map_location=map_location)
-        self._verified[step] = record
-        return state
 
     # -- sharded state: torch.distributed.checkpoint --
 
@@ -584,37 +356,28 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
 
         self.wait()
-        name = self._dirname(step)
         token = secrets.randbits(32)
-        sub = f"dcp-{_collective(token, 'broadcast') if _distributed() else token:08x}"
-        directory = self._join(name)
+        sub = f"dcp-{collective(token, 'broadcast') if distributed() else token:08x}"
+        directory = self.dir.step_path(step)
         try:
-            dcp.save(state_dict, checkpoint_id=self.store.url(self._join(name, sub)))
-            if _distributed():
+            dcp.save(state_dict, checkpoint_id=self.store.url(self.dir.step_path(step, sub)))
+            if distributed():
                 dist.barrier()
             if self.rank == 0:
                 self.store.sync_dir(self.root)
                 files = {
                     f"{sub}/{rel.replace(os.sep, '/')}": {"size": size}
-                    for rel, size in self.store.walk(self._join(name, sub)).items()
+                    for rel, size in self.store.walk(self.dir.step_path(step, sub)).items()
                 }
-                record = {
-                    "format": 1,
-                    "step": step,
-                    "kind": "dcp",
-                    "time": time.time(),
-                    "files": files,
-                }
-                self._commit(directory, record)
-                self.store.sync_dir(directory)
-                self._verified[step] = record
-                if self.mirror is not None:
-                    self.mirror.put(step, record)
+                record = new_record(step, "dcp", files)
+                self.dir.commit(step, record)
+                self._committed(record)
         except OSError as exc:
-            raise _failure(exc, f"checkpoint step {step} not saved", directory) from exc
+            raise failure(exc, f"checkpoint step {step} not saved", directory) from exc
         if self.rank == 0:
-            self._prune(step)
-        if _distributed():
+            self.dir.prune_later(self.keep, step)
+            self.dir.join()
+        if distributed():
             dist.barrier()
 
     def load_sharded(self, state_dict: dict[str, Any]) -> int | None:
@@ -622,13 +385,13 @@ class Checkpointer:
         in place (DCP reshards as needed); returns its step, or ``None`` when there is none."""
         import torch.distributed.checkpoint as dcp
 
-        step = agree_step(self._newest(("dcp",)))
+        step = agree_step(self.dir.newest(("dcp",)))
         if step is None:
             return None
-        record = self._record_or_none(self._dirname(step))
+        record = self.dir.record_or_none(step)
         if record is None:
             raise CheckpointError(f"checkpoint step {step} vanished while loading: {self.root}")
         sub = next(iter(record["files"])).split("/")[0]
-        directory = self._join(self._dirname(step), sub)
-        dcp.load(state_dict, storage_reader=storage_reader(self.store, directory))
+        reading = storage_reader(self.store, self.dir.step_path(step, sub))
+        dcp.load(state_dict, storage_reader=reading)
         return step

@@ -9,8 +9,9 @@ import os
 import sys
 
 
-def _rank() -> int:
-    if _distributed():
+def rank() -> int:
+    """This process's rank: torch.distributed's once initialized, else ``RANK``, else 0."""
+    if distributed():
         return int(sys.modules["torch.distributed"].get_rank())
     return int(os.environ.get("RANK") or 0)
 
@@ -21,18 +22,19 @@ def agree_step(step: int | None) -> int | None:
     ``None`` (no checkpoint) on any rank gives ``None``. Without an initialized
     ``torch.distributed`` this returns ``step`` itself.
     """
-    if not _distributed():
+    if not distributed():
         return step
-    agreed = _collective(-1 if step is None else step, "min")
+    agreed = collective(-1 if step is None else step, "min")
     return None if agreed < 0 else agreed
 
 
-def _distributed() -> bool:
+def distributed() -> bool:
+    """Whether torch.distributed is loaded and its process group initialized."""
     dist = sys.modules.get("torch.distributed")
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
-def _collective(value: int, op: str) -> int:
+def collective(value: int, op: str) -> int:
     """``value`` reduced over all ranks (``"min"``), or rank 0's (``"broadcast"``)."""
     import torch
     import torch.distributed as dist

@@ -16,9 +16,10 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from ..torchcompat import fsspec_reader, load_records
 from . import reader
 from .fetch import Fetch, Source
-from .storage import _Local
+from .storage import LocalStore
 
 
 def storage_reader(store: Any, directory: str) -> Any:
@@ -26,10 +27,7 @@ def storage_reader(store: Any, directory: str) -> Any:
     ``dcp.load(state_dict, storage_reader=...)``."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    if isinstance(store, _Local):
-        base: Any = FileSystemReader
-    else:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader as base
+    base = FileSystemReader if isinstance(store, LocalStore) else fsspec_reader()
     made = type("OnePassReader", (_OnePass, base), {})(store.url(directory))
     made.slurmkit_store, made.slurmkit_dir = store, directory
     return made
@@ -64,7 +62,6 @@ def _read_file(store: Any, path: str, items: list[tuple[Any, Any]], planner: Any
     """Read the items (``(storage info, read item)`` by offset) of one file and hand each to
     ``planner`` as DCP's reader does."""
     import torch
-    from torch.distributed._shard._utils import narrow_tensor_by_index
     from torch.distributed.checkpoint.planner import LoadItemType
 
     low = items[0][0].offset
@@ -84,14 +81,13 @@ def _read_file(store: Any, path: str, items: list[tuple[Any, Any]], planner: Any
             if item.type == LoadItemType.BYTE_IO:
                 planner.load_bytes(item, io.BytesIO(bytes(view)))
             else:
-                tensor = torch.serialization._load(
+                tensor = load_records(
                     reader.archive(view),
                     "cpu",
-                    torch._weights_only_unpickler,
                     overall_storage=memory[begin:end],
-                    encoding="utf-8",
+                    weights_only=True,
                 )
-                tensor = narrow_tensor_by_index(tensor, item.storage_offsets, item.lengths)
+                tensor = _narrow(tensor, item.storage_offsets, item.lengths)
                 target = planner.resolve_tensor(item).detach()
                 if target.size() != tensor.size():
                     raise ValueError(
@@ -102,3 +98,12 @@ def _read_file(store: Any, path: str, items: list[tuple[Any, Any]], planner: Any
                 planner.commit_tensor(item, target)
             following = items[index + 1][0].offset - low if index + 1 < len(items) else end
             fetch.release(min(following, end))
+
+
+def _narrow(tensor: Any, offsets: Any, lengths: Any) -> Any:
+    """The part of ``tensor`` a read item asks for: ``lengths`` from ``offsets`` in each dim
+    (what DCP's own reader takes)."""
+    for dim, (offset, length) in enumerate(zip(offsets, lengths)):
+        if length < tensor.size(dim):
+            tensor = tensor.narrow(dim, offset, length)
+    return tensor

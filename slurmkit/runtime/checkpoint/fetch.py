@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import crc
-from .storage import _Local
+from .storage import LocalStore
 
 
 class Invalid(Exception):
@@ -35,7 +35,7 @@ class Source:
         self.fs = getattr(store, "fs", None)
         self.store = store
         try:
-            if isinstance(store, _Local):
+            if isinstance(store, LocalStore):
                 self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 self.size = os.fstat(self.fd).st_size
             else:

@@ -1,8 +1,8 @@
 """The durable tier: committed checkpoints mirrored to a second root (an object store URL) by a
 background thread, and the choice of the checkpoint, and the tier, that a resume loads.
 
-The mirror has the fast path's layout (``step-N/`` with its files and ``COMMIT.json``), so it
-is itself a checkpoint root that :class:`~.checkpointer.Checkpointer` reads. The uploader writes
+The mirror has the fast path's layout (``step-N/`` with its files and ``COMMIT.json``): both
+are a :class:`~.directory.CheckpointDir`, and a ``Checkpointer`` reads either. The uploader writes
 a checkpoint's files first (checking their sizes and CRC32s against the commit record on the
 way), then its commit record: a kill at any point leaves no commit record without its data.
 It uploads the newest checkpoint handed to it (older ones still queued are superseded), retries
@@ -13,30 +13,27 @@ stderr and :class:`MirrorStatus`. Saving only queues the commit record (no lock,
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import re
-import secrets
 import sys
 import threading
 import time
 import warnings
-import weakref
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .checkpointer import COMMIT, Checkpointer, _Invalid
-from .storage import CheckpointError, _Local
+from .directory import WHOLE, CheckpointDir, Record, dirname
+from .fetch import Invalid
+from .storage import CheckpointError, LocalStore
+from .writer import Writer
 
 ENV_MIRROR = "SLURMKIT_CHECKPOINT_MIRROR"
 ENV_MIRROR_KEEP = "SLURMKIT_CHECKPOINT_MIRROR_KEEP"
 BACKOFF = (1.0, 60.0)  # first and longest wait before a retry, seconds
 CHUNK = 16 << 20  # bytes per read from the fast path
 FAST, MIRROR = "fast", "mirror"
-_KINDS = ("torch", "pickle")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -92,30 +89,31 @@ def order(fast: Iterable[int], mirror: Iterable[int]) -> list[tuple[int, str]]:
 
 
 def attach(
-    owner: Checkpointer, url: str | os.PathLike[str] | Literal[False] | None, keep: int | None
+    source: CheckpointDir,
+    url: str | os.PathLike[str] | Literal[False] | None,
+    keep: int | None,
+    source_keep: int,
 ) -> Mirror | None:
-    """The mirror of ``owner``'s checkpoints: at ``url`` (``None``: the one
+    """The mirror of ``source``'s checkpoints: at ``url`` (``None``: the one
     ``SLURMKIT_CHECKPOINT_MIRROR`` asks for, if any; ``False``: none), keeping ``keep``
-    checkpoints (``None``: ``SLURMKIT_CHECKPOINT_MIRROR_KEEP``, else as many as ``owner``)."""
+    checkpoints (``None``: ``SLURMKIT_CHECKPOINT_MIRROR_KEEP``, else ``source_keep``)."""
     if url is False:
         return None
     if url is None:
-        url = from_environment(owner.root, os.environ)
+        url = from_environment(source.root, os.environ)
         if url is None:
             return None
         keep = keep_from_environment(os.environ) if keep is None else keep
-    keep = owner.keep if keep is None else keep
+    keep = source_keep if keep is None else keep
     if keep < 1:
         raise ValueError("mirror_keep must be >= 1")
     try:
-        tier = Checkpointer(url, keep=keep, mirror=False, rank=0)
+        tier = CheckpointDir(url, threads=False)  # the uploader is a daemon: no helper threads
     except ImportError as exc:  # fsspec's "Install s3fs to access S3", say
         raise CheckpointError(f"checkpoint mirror {public(os.fspath(url))}: {exc}") from None
-    if tier.store.url(tier.root) == owner.store.url(owner.root):
+    if tier.url() == source.url():
         raise ValueError(f"the checkpoint mirror {public(os.fspath(url))} is the root itself")
-    mirror = Mirror(owner, tier)
-    weakref.finalize(owner, mirror.stop).atexit = False  # a dropped Checkpointer
-    return mirror
+    return Mirror(source, tier, keep)
 
 
 @dataclass(frozen=True)
@@ -138,17 +136,18 @@ class _Gone(Exception):
     """The checkpoint cannot be uploaded as it is on the fast path: retrying will not help."""
 
 
-_Item = tuple[int, int, dict[str, Any]]  # hand-off number, step, commit record
+_Item = tuple[int, int, Record]  # hand-off number, step, commit record
 _STOP: _Item = (-1, -1, {})
 
 
 class Mirror:
-    """Uploads the checkpoints of ``source`` (committed there) to ``tier``, another root."""
+    """Uploads the checkpoints of ``source`` (committed there) to ``tier``, another root that
+    keeps ``keep`` of them; restores from the newest copy valid on either."""
 
-    def __init__(self, source: Checkpointer, tier: Checkpointer) -> None:
-        self.source_store, self.source_root = source.store, source.root
-        self.tier = tier
-        self.url = public(tier.store.url(tier.root))
+    def __init__(self, source: CheckpointDir, tier: CheckpointDir, keep: int) -> None:
+        self.source, self.tier, self.keep = source, tier, keep
+        self.local = isinstance(tier.store, LocalStore)  # through temporary names and renames
+        self.url = public(tier.url())
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._handed = 0  # hand-offs so far (each numbered)
         self._done = 0  # the number of the last hand-off dealt with
@@ -166,7 +165,7 @@ class Mirror:
 
     # -- the training side: no lock, no I/O --
 
-    def put(self, step: int, record: dict[str, Any]) -> None:
+    def put(self, step: int, record: Record) -> None:
         """Queue committed checkpoint ``step`` (its commit record) for upload."""
         if self._stopping:
             return
@@ -224,7 +223,7 @@ class Mirror:
             if self._status.attempts:
                 _log(f"step {step} mirrored to {self.url} after {self._status.attempts} failures")
             try:
-                self.tier._prune(step)
+                self.tier.prune(self.keep, step)
             except Exception as exc:  # the next upload prunes again
                 _log(f"pruning {self.url} failed: {_reason(exc)}")
             self._status = replace(self._status, mirrored=step, uploaded=self._status.uploaded + 1)
@@ -284,84 +283,53 @@ class Mirror:
             self._done, self._ok = seq, ok
             self._cond.notify_all()
 
-    def _upload(self, step: int, record: dict[str, Any]) -> None:
+    def _upload(self, step: int, record: Record) -> None:
         """Upload checkpoint ``step``: its files, checked against ``record``, then the record.
 
         The fast path's files are opened first: on a local disk they stay readable when the
         fast path's retention removes them meanwhile."""
-        name = self.tier._dirname(step)
+        tier = self.tier
         with contextlib.ExitStack() as files:
-            sources = {rel: files.enter_context(self._open(name, rel)) for rel in record["files"]}
-            there = self.tier._record_or_none(name)
+            sources = {rel: files.enter_context(self._open(step, rel)) for rel in record["files"]}
+            there = tier.record_or_none(step)
             if there == record:
                 return
-            store, directory = self.tier.store, self.tier._join(name)
             if there is not None:  # saved again since: no record may stand beside other data
-                store.remove(self.tier._join(name, COMMIT))
-            store.makedirs(directory)
+                tier.uncommit(step)
+            tier.store.makedirs(tier.step_path(step))
             for rel, info in record["files"].items():
-                if "/" in rel:
-                    store.makedirs(store.sep.join([directory, *rel.split("/")[:-1]]))
-                path = self.tier._join(name, *rel.split("/"))
-                self._write(path, _chunks(sources[rel]), info, f"{name}/{rel}")
-        body = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
-        self._write(self.tier._join(name, COMMIT), [memoryview(body)])
+                parts = rel.split("/")
+                if len(parts) > 1:
+                    tier.store.makedirs(tier.step_path(step, *parts[:-1]))
+                tier.put(
+                    tier.step_path(step, *parts),
+                    _copier(sources[rel]),
+                    rename=self.local,
+                    check=_matching(info, f"{dirname(step)}/{rel}"),
+                )
+        tier.commit(step, record, rename=self.local)
 
-    def _open(self, name: str, rel: str) -> Any:
-        path = self.source_store.sep.join([self.source_root, name, rel])
+    def _open(self, step: int, rel: str) -> Any:
+        path = self.source.step_path(step, *rel.split("/"))
         try:
-            return self.source_store.open(path)
+            return self.source.store.open(path)
         except FileNotFoundError:
             raise _Gone(f"{path} is gone from the fast path") from None
 
-    def _write(
-        self,
-        path: str,
-        chunks: Iterable[memoryview],
-        info: dict[str, Any] | None = None,
-        src: str = "",
-    ) -> None:
-        """Write ``chunks`` to ``path`` on the mirror (through a temporary name and a rename
-        on a local mirror: an object store makes an object visible whole); with ``info``, only
-        when they have its size and CRC32."""
-        store = self.tier.store
-        local = isinstance(store, _Local)
-        head, _, tail = path.rpartition(store.sep)
-        tmp = f"{head}{store.sep}.tmp-{tail}.{secrets.token_hex(4)}" if local else path
-        sink = store.sink(tmp)
-        try:
-            size = crc = 0
-            for view in chunks:
-                sink.write(view)
-                size, crc = size + len(view), zlib.crc32(view, crc)
-            if info is not None and (
-                size != info["size"] or ("crc32" in info and crc != info["crc32"])
-            ):
-                raise _Gone(f"{src} on the fast path does not match its commit record")
-        except BaseException:
-            with contextlib.suppress(Exception):  # the first error is the one to report
-                sink.abort()
-                if local:
-                    store.remove(tmp)
-            raise
-        sink.commit()
-        if local:
-            store.replace(tmp, path)
-            store.sync_dir(head)
-
     # -- restoring: which checkpoint, from which tier --
 
-    def load_newest(self, fast: Checkpointer, map_location: Any) -> tuple[int, Any] | None:
-        """``(step, state)`` of the newest checkpoint valid on ``fast`` or the mirror.
+    def load_newest(self, map_location: Any) -> tuple[int, Any] | None:
+        """``(step, state)`` of the newest checkpoint valid on the fast path or the mirror.
 
         A copy that does not check out is skipped with a warning (for one step, the fast
         path's copy is tried first, then the mirror's); a mirror copy without its commit record
         is no checkpoint. A tier that cannot be listed is warned about, and makes this raise
         only when the other holds nothing valid either.
         """
+        fast = self.source
         problems: list[str] = []
-        local = _listed(problems, fast.root, lambda: [s for s, _ in fast._committed(_KINDS)])
-        remote = _listed(problems, self.url, lambda: list(self.tier._dirs()))
+        local = _listed(problems, fast.root, lambda: [s for s, _ in fast.committed(WHOLE)])
+        remote = _listed(problems, self.url, lambda: list(self.tier.listing()))
         for step, where in order(local, remote):
             tier = fast if where == FAST else self.tier
             try:
@@ -380,10 +348,10 @@ class Mirror:
             raise CheckpointError("cannot read checkpoints: " + "; ".join(problems))
         return None
 
-    def load(self, fast: Checkpointer, step: int, map_location: Any) -> Any:
-        """The state of checkpoint ``step``: ``fast``'s copy, or else the mirror's."""
+    def load(self, step: int, map_location: Any) -> Any:
+        """The state of checkpoint ``step``: the fast path's copy, or else the mirror's."""
         try:
-            return fast.load(step, map_location=map_location)
+            return self.source.load(step, map_location=map_location)
         except CheckpointError as exc:
             try:
                 there = _committed(self.tier, step)
@@ -397,11 +365,27 @@ class Mirror:
         return state
 
 
-def _chunks(fh: Any) -> Iterable[memoryview]:
-    buf = bytearray(CHUNK)
-    with memoryview(buf) as view:
-        while n := fh.readinto(view):
-            yield view[:n]
+def _copier(fh: Any) -> Any:
+    """What writes ``fh``'s bytes into a :class:`~.writer.Writer`, in ``CHUNK``-byte reads."""
+
+    def fill(out: Writer) -> None:
+        buf = bytearray(CHUNK)
+        with memoryview(buf) as view:
+            while n := fh.readinto(view):
+                out.write(view[:n])
+
+    return fill
+
+
+def _matching(info: dict[str, Any], where: str) -> Any:
+    """A check that refuses bytes without ``info``'s size and CRC32 (the fast path's copy
+    changed since its commit)."""
+
+    def check(size: int, crc: int) -> None:
+        if size != info["size"] or ("crc32" in info and crc != info["crc32"]):
+            raise _Gone(f"{where} on the fast path does not match its commit record")
+
+    return check
 
 
 def _reason(exc: BaseException) -> str:
@@ -413,16 +397,16 @@ def _log(message: str) -> None:
     print(f"slurmkit.checkpoint: {message}", file=sys.stderr, flush=True)
 
 
-def _committed(tier: Checkpointer, step: int) -> bool:
+def _committed(tier: CheckpointDir, step: int) -> bool:
     """Whether ``tier`` holds a committed torch/pickle checkpoint ``step`` (files unchecked);
     :class:`CheckpointError` when it cannot tell or the commit record is damaged."""
     try:
-        record = tier._record(tier._dirname(step))
-    except _Invalid as exc:
+        record = tier.record(step)
+    except Invalid as exc:
         raise CheckpointError(f"checkpoint step {step}: {exc}") from None
     except Exception as exc:  # the store failed
         raise CheckpointError(f"checkpoint step {step}: {tier.root}: {_reason(exc)}") from exc
-    return record is not None and record.get("kind") in _KINDS
+    return record is not None and record.get("kind") in WHOLE
 
 
 _TRANSPORTS = ("aiobotocore", "aiohttp", "botocore", "fsspec", "gcsfs", "google", "s3fs", "urllib3")

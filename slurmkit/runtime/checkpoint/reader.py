@@ -21,6 +21,7 @@ import struct
 import zipfile
 from typing import IO, Any, cast
 
+from ..torchcompat import load_records, zip_reader
 from .fetch import Fetch, Invalid, Source
 
 CHUNK = 16 << 20  # bytes per read
@@ -92,20 +93,12 @@ def _torch_load(fetch: Fetch, map_location: Any) -> Any:
     if bytes(view[:4]) != b"PK\x03\x04":  # torch's legacy format: no zip, no views
         return torch.load(io.BytesIO(view), map_location=map_location, weights_only=False)
     storage = torch.frombuffer(fetch.mem, dtype=torch.uint8).untyped_storage()
-    return torch.serialization._load(
-        archive(view),
-        map_location,
-        pickle,
-        overall_storage=storage,
-        encoding="utf-8",
-    )
+    return load_records(archive(view), map_location, overall_storage=storage)
 
 
 def archive(view: memoryview) -> Any:
     """torch's zip reader over the bytes of a torch file in memory."""
-    import torch
-
-    return torch._C.PyTorchFileReader(cast(IO[bytes], _MemFile(view)))
+    return zip_reader(cast(IO[bytes], _MemFile(view)))
 
 
 class _MemFile(io.RawIOBase):
@@ -269,8 +262,8 @@ class _Stream:
 
 
 class _Records:
-    """What ``torch.serialization._load`` asks of a zip reader, answered from a :class:`_Stream`:
-    records in host memory, storages already on their device."""
+    """What :func:`~slurmkit.runtime.torchcompat.load_records` asks of a zip reader, answered
+    from a :class:`_Stream`: records in host memory, storages already on their device."""
 
     def __init__(self, stream: _Stream) -> None:
         self.host, self.storages = stream.host, stream.storages
@@ -325,6 +318,4 @@ def _streamed(
             _check(src.path, fetch.finish(), info)
             return _UNSUPPORTED
         _check(src.path, fetch.finish(), info)
-    import torch
-
-    return torch.serialization._load(_Records(stream), map_location, pickle, encoding="utf-8")
+    return load_records(_Records(stream), map_location)

@@ -1,7 +1,7 @@
 """Host copies of a state's tensors, for asynchronous saves and staged synchronous ones:
-:class:`_Snapshot` copies CPU and CUDA storages into buffers reused from one save to the next,
-:class:`_Copies` tracks the copies still under way; :func:`_key`, :func:`_dense` and
-:func:`_dense_tree_bytes` say which storages a state holds, :func:`_owned_by` which of them an
+:class:`Snapshot` copies CPU and CUDA storages into buffers reused from one save to the next,
+:class:`Copies` tracks the copies still under way; :func:`_key`, :func:`_dense` and
+:func:`dense_tree_bytes` say which storages a state holds, :func:`owned_by` which of them an
 optimizer's step changes.
 """
 
@@ -34,7 +34,7 @@ def _dense(t: Any) -> bool:
     )
 
 
-def _owned_by(optimizers: Any) -> frozenset[_Key]:
+def owned_by(optimizers: Any) -> frozenset[_Key]:
     """The storages an optimizer's ``step()`` changes: its parameters and its state's tensors."""
     import torch
 
@@ -50,7 +50,7 @@ def _owned_by(optimizers: Any) -> frozenset[_Key]:
     return frozenset(found)
 
 
-def _dense_tree_bytes(state: Any) -> tuple[int, int] | None:
+def dense_tree_bytes(state: Any) -> tuple[int, int] | None:
     """Bytes of the tensor storages in ``state`` (each counted once): all, and on CUDA; None
     unless ``state`` is dicts, lists and tuples of dense tensors, numbers, strings, bytes and
     None, all that a snapshot copies without a deep copy."""
@@ -75,9 +75,9 @@ def _dense_tree_bytes(state: Any) -> tuple[int, int] | None:
     return sum(seen.values()), cuda
 
 
-class _Copies:
+class Copies:
     """A snapshot's copies still under way: CPU copies the writer thread makes, CUDA copies
-    queued on side streams (see :meth:`_Snapshot.take`)."""
+    queued on side streams (see :meth:`Snapshot.take`)."""
 
     def __init__(self) -> None:
         self.cpu: list[tuple[Any, Any]] = []  # (destination, source) uint8 tensors
@@ -108,14 +108,14 @@ class _Copies:
             torch.cuda.current_stream(device).wait_event(event)
 
 
-class _Snapshot:
+class Snapshot:
     """Copies a state's tensors into host buffers reused from one save to the next.
 
     CUDA tensors go into page-locked buffers (:mod:`~slurmkit.runtime.pinned`), copied on a
     side stream that first waits for the work already queued. Tensors sharing a storage still
     share one afterwards; containers are rebuilt, other objects deep-copied. Storages in
     ``deferred`` (those only an optimizer's step changes) are copied after :meth:`take`
-    returns: see :class:`_Copies`.
+    returns: see :class:`Copies`.
     """
 
     def __init__(self, small_pinned: bool = True) -> None:
@@ -133,7 +133,7 @@ class _Snapshot:
 
     def take(
         self, state: Any, deferred: frozenset[_Key] = frozenset()
-    ) -> tuple[Any, _Copies | None]:
+    ) -> tuple[Any, Copies | None]:
         """``(copy of state, copies still under way)``; without ``deferred``, the copies are
         done on return (``None``)."""
         self.deferred = deferred
@@ -198,9 +198,9 @@ class _Snapshot:
         for side in self.streams.values():
             side.synchronize()
 
-    def _start(self) -> _Copies:
+    def _start(self) -> Copies:
         torch = self.torch
-        copies = _Copies()
+        copies = Copies()
         cuda: dict[Any, list[tuple[Any, Any, bool]]] = {}
         for buf, src, later in self.todo:
             if src.device.type == "cuda":

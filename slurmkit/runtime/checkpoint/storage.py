@@ -1,5 +1,5 @@
 """Where checkpoints are stored: a local directory (os calls, with fsync and early writeback)
-or any fsspec filesystem, behind one small interface (:class:`_Local`, :class:`_Remote` and
+or any fsspec filesystem, behind one small interface (:class:`LocalStore`, :class:`RemoteStore` and
 their write sinks); :class:`CheckpointError`, the error that failures to write or read become.
 """
 
@@ -22,14 +22,15 @@ class CheckpointError(OSError):
         self.path = path
 
 
-def _failure(exc: BaseException, action: str, path: str) -> CheckpointError:
+def failure(exc: BaseException, action: str, path: str) -> CheckpointError:
+    """``exc`` as a :class:`CheckpointError` saying ``action: path: reason``."""
     reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or repr(exc)
     return CheckpointError(
         f"{action}: {path}: {reason}", errno=getattr(exc, "errno", None), path=path
     )
 
 
-class _LocalSink:
+class LocalSink:
     """A new file written with early writeback: every ``_WRITEBACK`` bytes, the kernel is told to
     start writing them out and to drop them from the page cache once clean. The final fsync then
     has little left to do, and a large checkpoint neither waits behind nor crowds the cache."""
@@ -58,7 +59,9 @@ class _LocalSink:
         os.close(self.fd)
 
 
-class _Local:
+class LocalStore:
+    """A local directory: os calls, fsync, renames."""
+
     sep = os.sep
 
     def __init__(self, root: str) -> None:
@@ -76,8 +79,8 @@ class _Local:
         except FileNotFoundError:
             return []
 
-    def sink(self, path: str) -> _LocalSink:
-        return _LocalSink(path)
+    def sink(self, path: str) -> LocalSink:
+        return LocalSink(path)
 
     def replace(self, src: str, dst: str) -> None:
         os.replace(src, dst)
@@ -110,7 +113,9 @@ class _Local:
             os.unlink(path)
 
 
-class _RemoteSink:
+class RemoteSink:
+    """A new object (or file) of an fsspec filesystem, visible once committed."""
+
     def __init__(self, fs: Any, path: str) -> None:
         self.fh = fs.open(path, "wb")
 
@@ -127,7 +132,7 @@ class _RemoteSink:
         self.fh.close()
 
 
-class _Remote:
+class RemoteStore:
     """Any fsspec filesystem. ``mv`` may be copy+delete there: the commit record keeps it safe."""
 
     sep = "/"
@@ -148,8 +153,8 @@ class _Remote:
         except FileNotFoundError:
             return []
 
-    def sink(self, path: str) -> _RemoteSink:
-        return _RemoteSink(self.fs, path)
+    def sink(self, path: str) -> RemoteSink:
+        return RemoteSink(self.fs, path)
 
     def replace(self, src: str, dst: str) -> None:
         self.fs.mv(src, dst)
@@ -171,12 +176,16 @@ class _Remote:
         self.fs.rm(path, recursive=True)
 
 
-def _storage(root: str | os.PathLike[str]) -> _Local | _Remote:
+Store = LocalStore | RemoteStore  # where a checkpoint root lives
+
+
+def open_store(root: str | os.PathLike[str]) -> Store:
+    """The store of ``root``: a local directory (a path or a ``file://`` URL), else fsspec's."""
     root = os.fspath(root)
     if "://" not in root and "::" not in root:
-        return _Local(root)
+        return LocalStore(root)
     from fsspec.core import url_to_fs
     from fsspec.implementations.local import LocalFileSystem
 
     fs, path = url_to_fs(root)
-    return _Local(path) if isinstance(fs, LocalFileSystem) else _Remote(fs, path)
+    return LocalStore(path) if isinstance(fs, LocalFileSystem) else RemoteStore(fs, path)

@@ -1,35 +1,34 @@
-"""How a checkpoint file's bytes are made: :func:`_dump` serializes a state (torch.save,
-pickle or bytes as they are) into a :class:`_Writer`, which counts and CRC32s every byte on its
-way to a storage sink, the checksum of large writes overlapping their I/O.
+"""How a checkpoint file's bytes are made: :func:`dump` serializes a state (torch.save,
+pickle or bytes as they are) into a :class:`Writer`, which counts and CRC32s every byte on its
+way to a storage sink, the checksum of large writes overlapping their I/O where it has a pool.
 """
 
 from __future__ import annotations
 
 import pickle
 import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import crc
-from .storage import _LocalSink, _RemoteSink
+from .storage import LocalSink, RemoteSink
 
 _BIG = 1 << 20  # writes from this size on overlap the CRC with the I/O
 _torch_save_lock = threading.Lock()
 
 
-class _Writer:
+class Writer:
     """File-like sink for pickle/torch.save: counts and CRC32s every byte on its way out.
 
     Small writes are buffered; a large one is written by ``pool``'s thread while this thread
     computes its CRC, with ``crc_pool``'s threads where there are spare CPUs (all release the
-    GIL), so the checksum costs no extra time.
+    GIL), so the checksum costs no extra time. Without ``pool``, one after the other.
     """
 
     def __init__(
         self,
-        sink: _LocalSink | _RemoteSink,
-        pool: ThreadPoolExecutor,
+        sink: LocalSink | RemoteSink,
+        pool: ThreadPoolExecutor | None,
         crc_pool: ThreadPoolExecutor | None,
     ) -> None:
         self.sink, self.pool, self.crc_pool = sink, pool, crc_pool
@@ -56,17 +55,17 @@ class _Writer:
             self.buf.clear()
 
     def _out(self, view: memoryview) -> None:
-        if len(view) >= _BIG:
+        if len(view) >= _BIG and self.pool is not None:
             done = self.pool.submit(self.sink.write, view)
             self.crc = crc.crc32(view, self.crc, self.crc_pool)
             done.result()
         else:
             self.sink.write(view)
-            self.crc = zlib.crc32(view, self.crc)
+            self.crc = crc.crc32(view, self.crc, self.crc_pool)
         self.size += len(view)
 
 
-def _dump(state: Any, how: str, fh: _Writer) -> None:
+def dump(state: Any, how: str, fh: Writer) -> None:
     """Serialize ``state`` into ``fh``: ``how`` is ``"torch"``, ``"pickle"`` or ``"bytes"`` (as is).
 
     torch.save runs without torch's own per-record CRC32 (the commit record's CRC covers the whole
