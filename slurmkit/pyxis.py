@@ -430,9 +430,10 @@ def srun_options(
 ) -> list[str]:
     """The ``srun`` options of a validated container block.
 
-    ``submit_dir`` (default: the current directory) is mounted at the same path (an explicit
-    ``workdir`` too) and is the default workdir; ``workdir: image`` renders no ``--container-workdir``, so tasks start in
-    the image's WORKDIR (benchmark images such as nccl-tests expect that). ``env_names``:
+    ``submit_dir`` (default: the current directory) is mounted at the same path (under an
+    explicit ``workdir`` too) and is the default workdir; ``workdir: image`` renders no
+    ``--container-workdir``, so tasks start in the image's WORKDIR (benchmark images such as
+    nccl-tests expect that). ``env_names``:
     variables the script exports that must win over the image's (a profile's, the spec's
     ``env``); with ``env_keep`` and :data:`KEEP_ALWAYS` they make
     ``--container-env``. ``source`` names the spec file in errors, and so does a squashfs image
