@@ -3,6 +3,7 @@
     python bench/targets.py                       # on SLURM_CONF's cluster, else the test cluster
     python bench/targets.py --stand-in            # no cluster: stand-in Slurm commands on PATH
     python bench/targets.py --before /tmp/old     # also an earlier checkout, same run
+    python bench/targets.py --tree no-freeze=/tmp/x   # any other checkout too (repeatable)
 
 Targets: a 10,000-trial submit <= 0.5 s for the whole CLI and >= 10x faster than submitit's
 ``map_array`` of the same (medians of alternating runs); ``slurmkit --help`` <= 1.5x
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -85,11 +87,10 @@ def rounds(sides: dict[str, Callable[[], object]], repeat: int) -> dict[str, lis
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(repeat):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            before = os.times()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             times[name] += common.timed(sides[name], 1)
-            after = os.times()
-            cpu = after.children_user + after.children_system
-            cpu -= before.children_user + before.children_system
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             CPU.setdefault(name, []).append(cpu)
     return times
 
@@ -144,8 +145,10 @@ def bench_help(trees: dict[str, Path], repeat: int, out: Verdicts) -> None:
     for label in trees:
         name = f"slurmkit --help ({label})"
         common.row(name, times[name], click, "import click", "<= 1.5x")
+        cpu = med(CPU[name]) / med(CPU["python -c 'import click'"])
         out.at_most(f"--help / import click ({label})", med(times[name]) / med(click), 1.5, "x",
-                    f"({med(times[name]) * 1000:.1f} / {med(click) * 1000:.1f} ms)")  # fmt: skip
+                    f"({med(times[name]) * 1000:.1f} / {med(click) * 1000:.1f} ms; "
+                    f"CPU {cpu:.2f}x)")  # fmt: skip
 
 
 def bench_submit_status(
@@ -196,8 +199,10 @@ print(jobs[0].job_id.split('_')[0])
         common.row(f"sweep submit, {n} trials ({label})", ours, theirs, "submitit map_array",
                    "<= 500 ms, >= 10x")  # fmt: skip
         out.at_most(f"submit of {n} trials, whole CLI ({label})", med(ours) * 1000, 500, " ms", "")
+        cpu = med(CPU[f"submitit map_array({n})"]) / med(CPU[f"submit {n} ({label})"])
         out.at_least(f"submitit map_array / our submit ({label})", med(theirs) / med(ours), 10, "x",
-                     f"({med(theirs) * 1000:.0f} / {med(ours) * 1000:.1f} ms)")  # fmt: skip
+                     f"({med(theirs) * 1000:.0f} / {med(ours) * 1000:.1f} ms; "
+                     f"CPU {cpu:.2f}x)")  # fmt: skip
     last = dirs[next(iter(trees))][-1]
     fresh = {**env, "SLURMKIT_POLL_INTERVAL": "0"}  # asked now, no poll cache
     status = rounds(
@@ -228,12 +233,22 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--before", type=Path, metavar="DIR", help="an earlier checkout")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="one more checkout to time beside them (repeatable)",
+    )
     parser.add_argument("--stand-in", action="store_true", help="stand-in Slurm commands")
     parser.add_argument("--only", default="help,submit", help="comma list of: help, submit")
     args = parser.parse_args(argv)
     trees = {"this tree": ROOT}
     if args.before is not None:
         trees["before"] = args.before.resolve()
+    for item in args.tree:
+        label, _, tree = item.partition("=")
+        trees[label] = Path(tree).resolve()
     for tree in trees.values():  # as pip-installed: byte-compiled
         subprocess.run([PY, "-m", "compileall", "-q", str(tree / "slurmkit")], check=True)
     load = os.getloadavg()[0]
