@@ -4,6 +4,9 @@
     python bench/run.py --only help,local
     python bench/run.py --before /tmp/old   # also time a checkout of an earlier commit, same run
 
+Issue 22's three user-facing targets alone, with PASS/FAIL lines (and without a cluster, on
+stand-in Slurm commands): bench/targets.py.
+
 Targets (from the issues): submit of 10,000 trials <= 0.5 s and >= 10x faster than submitit's
 map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slurmkit --help`
 <= 1.5x `python -c "import click"`; local backend <= 50 ms overhead per trial; `import slurmkit`
