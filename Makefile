@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
-.PHONY: install demo lint test unit cluster-up cluster-down s3-up s3-down bench sbatch clean
+.PHONY: install demo lint test unit test-latest cluster-up cluster-down s3-up s3-down bench sbatch \
+	clean
 
 # The venv, with slurmkit editable and pinned dev + CPU torch (torch==2.13.0, from constraints.txt).
 # Editable in compat mode (a plain .pth path: no import hook run at every interpreter start), and
@@ -47,6 +48,26 @@ test: lint
 unit: install
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n 2 -m "not cluster and not slow" $(PYTEST_ARGS)
 
+# `make unit` against the newest releases of the libraries in LATEST (not part of `make test`):
+# a venv of its own (.venv-latest), first as `make install` builds one but without the pins of
+# LATEST, then LATEST upgraded to pip's newest whatever pyproject.toml's upper bounds say (pip
+# names the bounds they cross; the upper bounds are what this target tests before they move).
+# torch stays at constraints.txt's CPU build (a local file): PyPI's newest is a CUDA build of
+# several GB.
+LATEST := submitit fsspec s3fs click omegaconf PyYAML
+LATEST_VENV := .venv-latest
+test-latest:
+	rm -rf $(LATEST_VENV)
+	python3 -m venv $(LATEST_VENV)
+	grep -viE '^($(subst $() ,|,$(LATEST)))==' constraints.txt > $(LATEST_VENV)/constraints.txt
+	$(LATEST_VENV)/bin/pip install --quiet -c $(LATEST_VENV)/constraints.txt -e '.[dev,torch]' \
+	  --config-settings editable_mode=compat
+	$(LATEST_VENV)/bin/pip install --quiet --upgrade $(LATEST)
+	$(LATEST_VENV)/bin/pip list 2>/dev/null | grep -iE '^($(subst $() ,|,$(LATEST))|torch) '
+	$(LATEST_VENV)/bin/pip check || true
+	touch $(LATEST_VENV)/.installed
+	$(MAKE) unit VENV=$(LATEST_VENV)
+
 cluster-up:
 	bash tests/cluster/up.sh --accounting
 
@@ -74,4 +95,4 @@ sbatch: install
 	done
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) runs .pytest_cache

@@ -4,6 +4,9 @@
     python bench/run.py --only help,local
     python bench/run.py --before /tmp/old   # also time a checkout of an earlier commit, same run
 
+Issue 22's three user-facing targets alone, with PASS/FAIL lines (and without a cluster, on
+stand-in Slurm commands): bench/targets.py.
+
 Targets (from the issues): submit of 10,000 trials <= 0.5 s and >= 10x faster than submitit's
 map_array; status of a 10,000-task sweep <= 0.5 s with one scheduler query; `slurmkit --help`
 <= 1.5x `python -c "import click"`; local backend <= 50 ms overhead per trial; `import slurmkit`
@@ -119,7 +122,7 @@ def bench_local(repeat: int, n: int = 40) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _cluster_env() -> dict[str, str]:
+def cluster_env() -> dict[str, str]:
     """The user's cluster (SLURM_CONF), or a fresh private test cluster: held and cancelled
     arrays stay in slurmctld's memory for MinJobAge, so earlier runs would fill MaxJobCount."""
     if os.environ.get("SLURM_CONF"):
@@ -139,7 +142,7 @@ def bench_submit_status(repeat: int, n: int = 10_000) -> None:
     # every round leaves 2 x n job records for MinJobAge (3 x n with --before), plus one cold
     # submit; the test cluster holds 100,000
     repeat = min(repeat, 3 if BEFORE is not None else 4)
-    env = _cluster_env()
+    env = cluster_env()
     tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
     spec = tmp / "s.yaml"
     # A held partition would be ideal; instead every array is cancelled right after submission.
@@ -262,7 +265,7 @@ def bench_notebook(repeat: int, n: int = 1000) -> None:
     ours = timed(lambda: run([PY, "-c", "import slurmkit"], env=tree_env(ROOT)), repeat)
     base = timed(lambda: run([PY, "-c", "import submitit"]), repeat)
     row("import slurmkit", ours, base, "import submitit", "<= 1.5x")
-    env = _cluster_env()
+    env = cluster_env()
     tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
     repeat = min(repeat, 3)
     ours_py = f"""
@@ -502,7 +505,7 @@ def bench_stage_large(repeat: int, n: int = 3, mib: int = 256) -> None:
 def bench_doctor(repeat: int) -> None:
     """`slurmkit doctor` without --nodes (its commands run at once) against the one
     `scontrol show config` it cannot do without."""
-    env = _cluster_env()
+    env = cluster_env()
     argv = [*SLURMKIT, "doctor", "--json", "--output-root", tempfile.gettempdir()]
     ours = timed(lambda: subprocess.run(argv, env=tree_env(ROOT, env), capture_output=True), repeat)
     base = timed(lambda: run(["scontrol", "show", "config"], env=env), repeat)
@@ -556,7 +559,7 @@ def bench_report(repeat: int, n: int = 10_000, sample: int = 200) -> None:
     their ids replicated to n tasks (each trial's status.json likewise); the naive loop is
     sampled and extrapolated. For scale: the real sacct's time for one task of that run."""
     repeat = min(repeat, 3)
-    env = _cluster_env()
+    env = cluster_env()
     tmp = Path(tempfile.mkdtemp(prefix="skbench-"))
     recorded, statuses, real_root = _recorded_run(env, tmp)
     real_job = json.loads((real_root / "submissions" / "0000.json").read_text())["jobs"][0][

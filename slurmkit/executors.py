@@ -140,7 +140,7 @@ def _plain(value: Any) -> Any:
 def _dump(data: Mapping[str, Any], path: str) -> None:
     """``data`` as YAML that slurmkit's loader reads back as the same data: every string is
     quoted (``15:00`` and ``1e-3`` stay strings, as they are in Python)."""
-    from .yamlimport import yaml
+    import yaml
 
     class Dumper(yaml.SafeDumper):
         pass

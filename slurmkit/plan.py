@@ -9,15 +9,8 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
-
-try:  # the builtin SHA-256: loads faster than OpenSSL's and hashes short texts faster
-    from _sha2 import sha256  # Python >= 3.12
-except ImportError:
-    try:
-        from _sha256 import sha256
-    except ImportError:
-        from hashlib import sha256
 
 from . import launch
 from .core import arrays

@@ -34,6 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .compat import s3fs as s3compat
 from .core import fsutil
 from .core.lock import Lock, LockBusy, describe
 from .core.lock import read as read_lock
@@ -948,7 +949,7 @@ class _Copy:
         """Bytes ``[start, end)`` of ``e`` written at their offset in ``fd``: their CRC-32.
         On S3, streamed to disk as they arrive (memory: a read buffer, whatever the part
         size); elsewhere, read whole and written."""
-        if self.protocol == "s3" and hasattr(self.fs, "_call_s3"):
+        if self.protocol == "s3" and s3compat.can_call(self.fs):
             return _s3_range(self.fs, e.url, start, end, fd, self._where(e))
         got = self.fs.cat_file(e.url, start=start, end=end)
         if len(got) != end - start:
@@ -996,8 +997,8 @@ def _s3_range(fs: Any, url: str, start: int, end: int, fd: int, where: str) -> i
     async def fetch() -> int:
         pos, crc, tries = start, 0, 0
         while True:
-            resp = await fs._call_s3(
-                "get_object", Bucket=bucket, Key=key, Range=f"bytes={pos}-{end - 1}", **extra
+            resp = await s3compat.call(
+                fs, "get_object", Bucket=bucket, Key=key, Range=f"bytes={pos}-{end - 1}", **extra
             )
             body = resp["Body"]
             try:

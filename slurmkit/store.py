@@ -111,7 +111,7 @@ def update_config(sweep: SweepDir, plan: Plan) -> None:
 def to_yaml(spec: SweepSpec) -> str:
     """The resolved spec as YAML (what ``slurmkit sweep`` would need to rebuild the sweep)."""
     # PyYAML costs ~10 ms to import: only commands that write a sweep directory pay for it
-    from .yamlimport import yaml
+    import yaml
 
     return yaml.dump(
         spec.to_dict(),

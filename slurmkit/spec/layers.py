@@ -17,11 +17,12 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import yaml
+
 from ..core.profiles import PROFILES
 from ..core.values import Choice, Distribution, _tokenize
 from ..errors import SpecError, reject_unknown
 from ..overrides import Override, OverrideError, parse_override
-from ..yamlimport import yaml
 from . import yamldata
 from .model import CLI, TOP_KEYS
 from .validate import ALIASES, canonical

@@ -21,8 +21,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from ..errors import SpecError
-from ..yamlimport import yaml
 
 MAX_DEPTH = 64
 """How deep mappings and lists may nest in a spec (its top-level values are at depth 1)."""
