@@ -18,7 +18,7 @@ from dataclasses import asdict, field, fields
 from typing import Any
 
 from .contract import DEFAULT_SIGNAL, SIGNALS
-from .fsutil import Damaged
+from .fsutil import Damaged, read_json
 from .record import record
 
 # Seconds between the requeue signal and the time limit (Slurm's --signal=B:SIG@LEAD).
@@ -78,6 +78,12 @@ class JobContract:
     def from_dict(cls, raw: Any, source: str) -> JobContract:
         """The contract in ``raw`` (read from ``source``, named in errors)."""
         return _read(raw, source)
+
+    @classmethod
+    def read(cls, path: str) -> JobContract:
+        """The contract in the JSON file ``path`` (``sweep.json``); Damaged when it is not one
+        (missing included), OSError when it cannot be read."""
+        return _read(read_json(path), path)
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON, with the keys :meth:`from_dict` reads; those at their default are left out."""
@@ -146,6 +152,8 @@ def _policy(raw: Any, source: str) -> Policy:
 
 
 def _read(raw: Any, source: str) -> JobContract:
+    if raw is None:
+        raise Damaged(source, "missing")
     if not isinstance(raw, dict):
         raise Damaged(source, f"not a JSON object but {type(raw).__name__}")
     command = _typed(raw, "command", list, "a list of arguments", source) or []

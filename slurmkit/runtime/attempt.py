@@ -168,7 +168,7 @@ class Attempt:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, signum)
 
-    def launch(self, argv: Sequence[str], say: Callable[[str], None], **popen: Any) -> bool:
+    def launch(self, argv: Sequence[str], say: Callable[[str], object], **popen: Any) -> bool:
         """Start the step (``subprocess.Popen(argv, **popen)``), unless a stop signal came
         first: then ``say`` why, and False. Signals that come while it starts follow it."""
         if self.signals:  # stopped already: no work to lose, so none to start

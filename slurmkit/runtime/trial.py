@@ -71,8 +71,9 @@ def contract(sweep: SweepDir, config: JobContract | Mapping[str, Any] | None) ->
     None); Damaged (a ValueError naming sweep.json and the key) when it cannot be."""
     if isinstance(config, JobContract):
         return config
-    raw = read_json(sweep.sweep_json) if config is None else config
-    return JobContract.from_dict(raw, sweep.sweep_json)
+    if config is None:
+        return JobContract.read(sweep.sweep_json)
+    return JobContract.from_dict(config, sweep.sweep_json)
 
 
 class TrialRun(Attempt):
