@@ -109,13 +109,16 @@ _FIELDS = tuple(f.name for f in fields(JobContract))
 _DEFAULT = {name: getattr(_DEFAULT_CONTRACT, name) for name in _FIELDS}
 
 
-def _typed(raw: Mapping[str, Any], key: str, kind: type, what: str, source: str) -> Any:
+def _typed(
+    raw: Mapping[str, Any], key: str, kind: type, what: str, source: str, prefix: str = ""
+) -> Any:
     """``raw[key]`` when it is a ``kind`` (a bool is no number), None when missing; Damaged
     otherwise."""
     value = raw.get(key)
     if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
         return value
-    raise Damaged(source, f"{key}: expected {what}, got {type(value).__name__} {value!r}")
+    got = f"{type(value).__name__} {value!r}"
+    raise Damaged(source, f"{prefix}{key}: expected {what}, got {got}")
 
 
 def _strings(raw: Mapping[str, Any], key: str, source: str) -> dict[str, str] | None:
@@ -133,12 +136,12 @@ def _policy(raw: Any, source: str) -> Policy:
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise Damaged(source, f"requeue.enabled: expected true or false, got {enabled!r}")
-    signal = _typed(raw, "signal", str, "a signal name", source) or DEFAULT_SIGNAL
+    signal = _typed(raw, "signal", str, "a signal name", source, "requeue.") or DEFAULT_SIGNAL
     signal = signal.upper().removeprefix("SIG")
     if signal not in SIGNALS:
         raise Damaged(source, f"requeue.signal: {signal!r} is not one of {', '.join(SIGNALS)}")
-    lead = _typed(raw, "lead", int, "seconds", source)
-    budgets = _typed(raw, "budgets", dict, "a mapping of cause to count", source)
+    lead = _typed(raw, "lead", int, "seconds", source, "requeue.")
+    budgets = _typed(raw, "budgets", dict, "a mapping of cause to count", source, "requeue.")
     if budgets is not None and not all(
         v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in budgets.values()
     ):
