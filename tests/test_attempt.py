@@ -314,3 +314,55 @@ def test_a_function_trial_that_swallows_every_exception_still_exits_for_its_requ
             proc.kill()
             raise
     assert code == REQUEUE_EXIT and (trial / "checkpoint.pkl").exists()
+
+
+# --- the attempt supervisor: deliberately different -------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("user", ["trial", "function"])
+def test_outside_slurm_a_trials_stop_reaches_its_tree_a_function_jobs_step_its_process(
+    tmp_path, monkeypatch, spec_file, user
+):
+    """The trial's command has a process group of its own there (stopping it stops what it
+    started); the function job's step is signalled as one process (under Slurm it is srun,
+    which passes the signal on to its tasks)."""
+    pidfile = tmp_path / "pid"
+    step = ["sh", "-c", f"sleep 30 & echo $! > {pidfile}; wait"]
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    if user == "function":
+        pytest.importorskip("submitit")
+        run: attempt_mod.Attempt = Supervisor(JobContract(folder=str(tmp_path / "jobs")), step)
+        assert run.begin() is None  # type: ignore[attr-defined]
+    else:
+        from slurmkit import plan, store
+        from slurmkit import spec as spec_mod
+        from slurmkit.runtime.trial import TrialRun
+
+        text = f"command: [sh, -c, 'sleep 30 & echo $! > {pidfile}; wait']\nargs: none\n"
+        s = spec_mod.load(str(spec_file(text + "params: {a: [1]}\n")))
+        sweep = store.create(plan.make(s, plan.expand(s), os.getcwd()), str(tmp_path / "sweep"))
+        run = TrialRun(sweep, 0)
+    run.start()
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    sleeper = int(pidfile.read_text())
+    run.terminate(signal.SIGTERM)
+    assert run.wait_step() == 128 + signal.SIGTERM
+    try:
+        deadline = time.monotonic() + 5
+        while _alive(sleeper) and user == "trial" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _alive(sleeper) == (user == "function")
+    finally:
+        if _alive(sleeper):
+            os.kill(sleeper, signal.SIGKILL)

@@ -4,26 +4,27 @@ The executors of :func:`slurmkit.executor` run this module in two roles. At impo
 standard library and :mod:`slurmkit.core` only; submitit (and cloudpickle, which submitit needs)
 loads in the functions that use it.
 
-``run FOLDER``, in each task of the job step (inside the container when there is one):
-submitit's own ``process_job`` (load the pickled call, run it, pickle its result), with one
-change: the requeue signal (``$SLURMKIT_REQUEUE_SIGNAL``, USR2 by default) and SIGTERM ask the
-task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its ``checkpoint()``;
+``run FOLDER``, in each task of the job step (inside the container when there is one): what
+submitit's ``process_job`` does (load the pickled call, run it, pickle its result), written with
+submitit's public names, with one change: the requeue signal (``$SLURMKIT_REQUEUE_SIGNAL``) and
+SIGTERM ask the task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its ``checkpoint()``;
 the new state replaces the submitted pickle), leaves the marker ``JOBID_requeue`` beside it and
 exits 75 (REQUEUE_EXIT) where submitit would call ``scontrol requeue``, which images lack. A
 call that cannot checkpoint exits 128+N at once. The other tasks carry on, as submitit's own
 handler lets them, until srun stops them (``--kill-on-bad-exit``) when task 0 has exited.
 
 ``supervise --config JSON -- ARGV...``, in the batch shell on the host (render._supervise
-forwards the signals to it and runs ``scontrol requeue`` when it exits 75): runs the step
-(ARGV: ``srun ...``), forwards the signals it gets, and decides as a sweep's trial does
-(:func:`slurmkit.runtime.requeue.classify` and ``decide``, per-cause budgets, earlier attempts
+forwards the signals to it and runs ``scontrol requeue`` when it exits 75): JSON is the job
+contract (:class:`~slurmkit.core.jobcontract.JobContract`); it runs the step (ARGV:
+``srun ...``) as a sweep's trial runs its command, on the attempt supervisor
+(:class:`~slurmkit.runtime.attempt.Attempt`: signals, per-cause budgets, earlier attempts
 counted in ``JOBID_attempts.json`` beside the pickles). When the job will not run again and a
 task left no result, it writes that task's result as an error that says why (cancelled, out of
 budget, timed out without a checkpoint, ...), so that ``job.result()`` raises at once, also on
 clusters without ``sacct`` for submitit to ask.
 
 Exit codes of ``supervise``: 75 = requeue me; 76 = Slurm requeued the job itself; 143 = a user's
-cancel (it stays cancelled); otherwise the step's own.
+cancel (it stays cancelled); 2 = a damaged ``--config``; otherwise the step's own.
 """
 
 from __future__ import annotations
