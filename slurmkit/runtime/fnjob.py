@@ -7,9 +7,9 @@ loads in the functions that use it.
 ``run FOLDER``, in each task of the job step (inside the container when there is one): what
 submitit's ``process_job`` does (load the pickled call, run it, pickle its result), written with
 submitit's public names, with one change: the requeue signal (``$SLURMKIT_REQUEUE_SIGNAL``) and
-SIGTERM ask the task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its ``checkpoint()``;
-the new state replaces the submitted pickle), leaves the marker ``JOBID_requeue`` beside it and
-exits 75 (REQUEUE_EXIT) where submitit would call ``scontrol requeue``, which images lack. A
+SIGTERM ask the task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its
+``checkpoint()``; the new state replaces the submitted pickle), leaves the marker
+``JOBID_requeue`` beside it and exits 75 (REQUEUE_EXIT) where submitit would call ``scontrol requeue``, which images lack. A
 call that cannot checkpoint exits 128+N at once. The other tasks carry on, as submitit's own
 handler lets them, until srun stops them (``--kill-on-bad-exit``) when task 0 has exited.
 
