@@ -9,9 +9,10 @@ submitit's ``process_job`` does (load the pickled call, run it, pickle its resul
 submitit's public names, with one change: the requeue signal (``$SLURMKIT_REQUEUE_SIGNAL``) and
 SIGTERM ask the task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its
 ``checkpoint()``; the new state replaces the submitted pickle), leaves the marker
-``JOBID_requeue`` beside it and exits 75 (REQUEUE_EXIT) where submitit would call ``scontrol requeue``, which images lack. A
-call that cannot checkpoint exits 128+N at once. The other tasks carry on, as submitit's own
-handler lets them, until srun stops them (``--kill-on-bad-exit``) when task 0 has exited.
+``JOBID_requeue`` beside it and exits 75 (REQUEUE_EXIT) where submitit would call
+``scontrol requeue``, which images lack. A call that cannot checkpoint exits 128+N at once.
+The other tasks carry on, as submitit's own handler lets them, until srun stops them
+(``--kill-on-bad-exit``) when task 0 has exited.
 
 ``supervise --config JSON -- ARGV...``, in the batch shell on the host (render._supervise
 forwards the signals to it and runs ``scontrol requeue`` when it exits 75): JSON is the job
