@@ -366,3 +366,21 @@ def test_outside_slurm_a_trials_stop_reaches_its_tree_a_function_jobs_step_its_p
     finally:
         if _alive(sleeper):
             os.kill(sleeper, signal.SIGKILL)
+
+
+def test_outside_the_policy_a_function_job_whose_container_did_not_start_says_so(
+    tmp_path, monkeypatch
+):
+    """As a trial does (test_a_trial_whose_container_did_not_start_fails_at_once, requeue off):
+    FAILED with cause `container`, where the function supervisor said FAILED with none."""
+    pytest.importorskip("submitit")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    log = folder / "0_0_log.err"
+    say = f"echo 'pyxis: couldn'\\''t start container' >> {log}; exit 1"
+    sup = Supervisor(JobContract(folder=str(folder)), ["sh", "-c", say])
+    assert sup.begin() is None and sup.start()
+    assert sup.finish(sup.wait_step()) == 1
+    [done] = sup.record["attempts"]
+    assert (done["state"], done["cause"]) == ("FAILED", "container")
