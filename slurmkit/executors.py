@@ -307,15 +307,19 @@ def _tasks(params: Mapping[str, Any]) -> int:
 
 
 def supervise_config(s: Setup, params: Mapping[str, Any], folder: str) -> dict[str, Any]:
-    """What ``python -m slurmkit.runtime.fnjob supervise`` is told (JSON on its command line)."""
+    """What ``python -m slurmkit.runtime.fnjob supervise`` is told (JSON on its command line):
+    the job contract (:class:`~slurmkit.core.jobcontract.JobContract`), its defaults left out."""
+    from .core.jobcontract import JobContract, Policy
+
     policy = s.spec.requeue
-    return {
-        "folder": folder,
-        "tasks": _tasks(params) if params.get("use_srun", True) else 1,
-        "requeue": {**asdict(policy), "lead": params.get("signal_delay_s", policy.lead)},
-        "env_runtime": dict(s.spec.env_runtime),
-        "workdir": s.spec.workdir,
-    }
+    lead = params.get("signal_delay_s", policy.lead)
+    return JobContract(
+        requeue=Policy(**{**asdict(policy), "lead": lead}),
+        env_runtime=dict(s.spec.env_runtime),
+        workdir=s.spec.workdir,
+        folder=folder,
+        tasks=_tasks(params) if params.get("use_srun", True) else 1,
+    ).to_dict()
 
 
 def executor_config(

@@ -22,7 +22,7 @@ from . import plan, store
 from . import spec as spec_mod
 from .backends.slurm import SlurmBackend
 from .core.arrays import compress
-from .core.fsutil import read_json
+from .core.jobcontract import JobContract
 from .core.layout import SweepDir
 from .errors import UserError
 
@@ -44,8 +44,8 @@ def init_from_spec(spec_path: str, root: str, array_job_id: str, offset: int) ->
 
 def _has_data(root: str) -> bool:
     try:
-        return bool(read_json(SweepDir(root).sweep_json).get("data"))
-    except (OSError, ValueError, AttributeError):
+        return bool(JobContract.read(SweepDir(root).sweep_json).data)
+    except (OSError, ValueError):
         return False  # the runtime says what is wrong with sweep.json
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -285,3 +286,56 @@ def test_import_cycles_are_found(tmp_path, monkeypatch):
 
 def test_the_checkpoint_package_has_no_import_cycle():
     assert import_cycles(ROOT / "slurmkit" / "runtime" / "checkpoint") == []
+
+
+# Keys of the job contract whose dict-style read in runtime/ would bypass the typed record
+# (core/jobcontract.py). "env" and "data" are left out: they also name the entries of `launch`
+# (the srun prefixes of a trial's step) and of torch state dicts.
+CONTRACT_KEYS = {
+    "requeue", "budgets", "lead", "enabled", "signal", "env_runtime", "submit_dir", "workdir",
+    "command", "args", "logs", "stderr", "container", "launch", "folder", "tasks",
+}  # fmt: skip
+# (module, key): dict reads of one of those words that are no read of the contract
+NOT_THE_CONTRACT = {("slurmkit/runtime/preflight.py", "signal")}  # its own per-rank record
+CONTRACT_READERS = ("JobContract.read", "JobContract.from_dict")
+
+
+def test_the_runtime_reads_the_job_contract_only_through_its_typed_record():
+    """In runtime/ (and standalone.py, which execs it), sweep.json is read only by
+    JobContract.read/from_dict, and no `.get("requeue")`-style read of a contract key is left."""
+    import ast
+
+    from slurmkit.core.jobcontract import JobContract, Policy
+
+    named = {f.name for f in dataclasses.fields(JobContract)} | {
+        f.name for f in dataclasses.fields(Policy)
+    }
+    assert not CONTRACT_KEYS - named - {"logs"}  # the list follows the record
+    runtime = sorted((ROOT / "slurmkit" / "runtime").rglob("*.py"))
+    paths = [*runtime, ROOT / "slurmkit" / "standalone.py"]
+    found = []
+    for path in paths:
+        rel = str(path.relative_to(ROOT))
+        tree = ast.parse(path.read_text(), rel)
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            key = None
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "pop", "setdefault")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                key = node.args[0].value
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            if key in CONTRACT_KEYS and (rel, key) not in NOT_THE_CONTRACT:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, ast.Attribute) and node.attr == "sweep_json":
+                call = parents.get(node)
+                while call is not None and not isinstance(call, ast.Call):
+                    call = parents.get(call)
+                if call is None or ast.unparse(call.func) not in CONTRACT_READERS:
+                    found.append(f"{rel}:{node.lineno}: sweep.json read without JobContract")
+    assert not found, "\n".join(found)

@@ -292,7 +292,7 @@ def test_handles_reads_whether_a_process_catches_or_ignores_a_signal():
     import subprocess
     import sys
 
-    from slurmkit.runtime.trial import handles
+    from slurmkit.runtime.attempt import handles
 
     ready = "import signal, sys, time; {}; print(flush=True); time.sleep(30)"
     setups = {

@@ -54,7 +54,7 @@ def run_trial(root: str, index: int) -> int:
         if run.already_completed():
             print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
             return 0
-        stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.requeue_signal)}
+        stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.policy.signal)}
         early.release(run.terminate, stop_signals)
         run.start()
         return run.wait()

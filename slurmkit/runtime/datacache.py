@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ..core.contract import ENV_DATA
-from ..core.fsutil import Damaged, atomic_write_json, make_temp_dir, read_json, read_record
+from ..core.fsutil import Damaged, atomic_write_json, make_temp_dir, read_record
+from ..core.jobcontract import JobContract
 from ..core.layout import SweepDir
 from ..core.lock import Lock
 
@@ -259,7 +260,7 @@ def main() -> int:
         print("slurmkit.runtime.datacache: SLURMKIT_SWEEP_DIR must be set", file=sys.stderr)
         return 2
     try:
-        data = (read_json(SweepDir(root).sweep_json) or {}).get("data") or []
+        data = JobContract.read(SweepDir(root).sweep_json).data
     except (OSError, ValueError) as exc:
         print(f"slurmkit.runtime.datacache: {exc}", file=sys.stderr)
         return 2

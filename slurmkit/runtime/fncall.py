@@ -22,7 +22,7 @@ import signal
 import sys
 from typing import Any
 
-from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT
+from ..core.contract import REQUEUE_EXIT, requeue_signal
 from ..core.fsutil import atomic_write_bytes
 from .report import params, report
 
@@ -78,9 +78,14 @@ def main() -> int:
             # submitit's way: ask the callable for the call that resumes it, keep it, exit 75
             atomic_write_bytes(saved, dumps(_call(checkpoint(*args, **kwargs))))
             sys.stdout.flush()
+            sys.stderr.flush()
+            # os._exit, not sys.exit: this handler runs at any line of the callable, and a
+            # SystemExit raised there is the callable's to catch (`except BaseException` in a
+            # retry loop goes on running), and once out, the interpreter waits for the
+            # callable's non-daemon threads. Its checkpoint is kept: nothing is left to do.
             os._exit(REQUEUE_EXIT)
 
-        for name in {os.environ.get(ENV_SIGNAL, "USR2"), "TERM"}:
+        for name in {requeue_signal(os.environ), "TERM"}:
             signal.signal(getattr(signal, f"SIG{name}"), stop)
     value = fn(*args, **kwargs)
     atomic_write_bytes(os.path.join(trial_dir, RESULT), dumps(value))

@@ -4,26 +4,28 @@ The executors of :func:`slurmkit.executor` run this module in two roles. At impo
 standard library and :mod:`slurmkit.core` only; submitit (and cloudpickle, which submitit needs)
 loads in the functions that use it.
 
-``run FOLDER``, in each task of the job step (inside the container when there is one):
-submitit's own ``process_job`` (load the pickled call, run it, pickle its result), with one
-change: the requeue signal (``$SLURMKIT_REQUEUE_SIGNAL``, USR2 by default) and SIGTERM ask the
-task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its ``checkpoint()``;
-the new state replaces the submitted pickle), leaves the marker ``JOBID_requeue`` beside it and
-exits 75 (REQUEUE_EXIT) where submitit would call ``scontrol requeue``, which images lack. A
-call that cannot checkpoint exits 128+N at once. The other tasks carry on, as submitit's own
-handler lets them, until srun stops them (``--kill-on-bad-exit``) when task 0 has exited.
+``run FOLDER``, in each task of the job step (inside the container when there is one): what
+submitit's ``process_job`` does (load the pickled call, run it, pickle its result), written with
+submitit's public names, with one change: the requeue signal (``$SLURMKIT_REQUEUE_SIGNAL``) and
+SIGTERM ask the task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpointable`` (its
+``checkpoint()``; the new state replaces the submitted pickle), leaves the marker
+``JOBID_requeue`` beside it and exits 75 (REQUEUE_EXIT) where submitit would call
+``scontrol requeue``, which images lack. A call that cannot checkpoint exits 128+N at once.
+The other tasks carry on, as submitit's own handler lets them, until srun stops them
+(``--kill-on-bad-exit``) when task 0 has exited.
 
 ``supervise --config JSON -- ARGV...``, in the batch shell on the host (render._supervise
-forwards the signals to it and runs ``scontrol requeue`` when it exits 75): runs the step
-(ARGV: ``srun ...``), forwards the signals it gets, and decides as a sweep's trial does
-(:func:`slurmkit.runtime.requeue.classify` and ``decide``, per-cause budgets, earlier attempts
+forwards the signals to it and runs ``scontrol requeue`` when it exits 75): JSON is the job
+contract (:class:`~slurmkit.core.jobcontract.JobContract`); it runs the step (ARGV:
+``srun ...``) as a sweep's trial runs its command, on the attempt supervisor
+(:class:`~slurmkit.runtime.attempt.Attempt`: signals, per-cause budgets, earlier attempts
 counted in ``JOBID_attempts.json`` beside the pickles). When the job will not run again and a
 task left no result, it writes that task's result as an error that says why (cancelled, out of
 budget, timed out without a checkpoint, ...), so that ``job.result()`` raises at once, also on
 clusters without ``sacct`` for submitit to ask.
 
 Exit codes of ``supervise``: 75 = requeue me; 76 = Slurm requeued the job itself; 143 = a user's
-cancel (it stays cancelled); otherwise the step's own.
+cancel (it stays cancelled); 2 = a damaged ``--config``; otherwise the step's own.
 """
 
 from __future__ import annotations
@@ -32,26 +34,26 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core import placeholders, states
-from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT
+from ..core import states
+from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT, requeue_signal
 from ..core.fsutil import Damaged, atomic_write_json, read_record
+from ..core.jobcontract import JobContract
 from ..core.rendezvous import fill, rendezvous
-from . import requeue
+from . import early, requeue
+from .attempt import Attempt, runtime_env
 
-_SLURM_KEYS = {
-    "job_id": "SLURM_JOB_ID",
-    "array_job_id": "SLURM_ARRAY_JOB_ID",
-    "array_task_id": "SLURM_ARRAY_TASK_ID",
-    "restart_count": "SLURM_RESTART_COUNT",
-}
+if __name__ == "__main__" and sys.argv[1:2] == ["supervise"]:
+    early.hold()  # signals that come while the supervisor starts are kept for its attempt
+
 _TAIL = 64 * 1024  # how much of the step's error log the container check reads
+_WAIT_PICKLE = 60  # seconds the step waits for its pickle to appear (as submitit's process_job)
 
 
 def job_id(env: Mapping[str, str]) -> str:
@@ -72,11 +74,6 @@ def marker(folder: str, job: str) -> str:
     return os.path.join(folder, f"{job}_requeue")
 
 
-def requeue_signal(env: Mapping[str, str]) -> int:
-    name = env.get(ENV_SIGNAL) or "USR2"
-    return int(getattr(signal, "SIG" + name.upper().removeprefix("SIG"), signal.SIGUSR2))
-
-
 # --- in the step: submitit's process_job, stopping the slurmkit way --------------------------
 
 
@@ -91,20 +88,16 @@ class _Stop:
         self.stopping = False
 
     def __call__(self, signum: int, frame: Any = None) -> None:
-        from submitit.core import job_environment
-
         name = signal.Signals(signum).name
         if self.env.global_rank != 0:
             self.log.info(f"{name} caught: task 0 checkpoints and stops the job")
             return
-        if self.stopping or self.delayed._done:  # the result is being saved: let it be
+        if self.stopping or self.delayed.done():  # the result is being saved: let it be
             self.log.info(f"{name} caught: already stopping or saving the result")
             return
         self.stopping = True
-        if hasattr(self.delayed.function, "checkpoint"):
-            why = job_environment._checkpoint(
-                self.delayed, self.paths.submitted_pickle, self.delayed._timeout_countdown
-            )
+        if _checkpoint_of(self.delayed.function) is not None:
+            why = self.checkpoint()
             if not why:
                 with open(marker(str(self.paths.folder), self.env.job_id), "w") as fh:
                     fh.write(f"{name}\n")
@@ -115,43 +108,80 @@ class _Stop:
             self.log.warning(f"{name} caught: the function cannot checkpoint; stopping")
         sys.exit(128 + signum)
 
+    def checkpoint(self) -> str:
+        """Call the function's checkpoint; its call replaces the submitted pickle. Why not,
+        when it returned none (else "")."""
+        from submitit.core import utils
 
-def _handle_signals(env: Any, paths: Any, delayed: Any) -> None:
-    """Replaces submitit's ``JobEnvironment._handle_signals``."""
-    stop = _Stop(env, paths, delayed)
-    signal.signal(signal.SIGCONT, lambda s, f: stop.log.info("SIGCONT caught"))
-    for signum in {signal.SIGTERM, requeue_signal(os.environ)}:
-        signal.signal(signum, stop)
+        self.log.info("Calling checkpoint method.")
+        checkpoint = _checkpoint_of(self.delayed.function)
+        again = checkpoint(*self.delayed.args, **self.delayed.kwargs)
+        if again is None:
+            return "checkpoint function returned None"
+        with utils.temporary_save_path(self.paths.submitted_pickle) as tmp:
+            again.dump(tmp)
+        return ""
+
+
+def _checkpoint_of(function: Any) -> Any:
+    """A ``Checkpointable``'s checkpoint method, as submitit looks for it (else None)."""
+    found = getattr(function, "__submitit_checkpoint__", None)
+    return found if found is not None else getattr(function, "checkpoint", None)
 
 
 def run(folder: str) -> None:
-    """submitit's ``process_job`` with :func:`_handle_signals` (no ``scontrol`` needed)."""
-    from submitit.core import job_environment, submission
+    """submitit's ``process_job`` (load the pickled call, run it, pickle its result), with the
+    stop signals handled by :class:`_Stop` (no ``scontrol`` needed). Written with submitit's
+    public names: its own ``process_job`` installs handlers that this would have to replace
+    inside submitit."""
+    from submitit.core import logger, utils
+    from submitit.core.job_environment import JobEnvironment
 
-    job_environment.JobEnvironment._handle_signals = _handle_signals  # type: ignore[method-assign,assignment]
-    submission.process_job(folder)
+    os.environ["SUBMITIT_FOLDER"] = folder
+    env = JobEnvironment()
+    paths, log = env.paths, logger.get_logger()
+    log.info(f"Starting with {env}")
+    for _ in range(_WAIT_PICKLE):
+        if paths.submitted_pickle.exists():
+            break
+        time.sleep(1)
+    else:
+        raise RuntimeError(f"no submitted call in {paths.submitted_pickle} after {_WAIT_PICKLE} s")
+    try:
+        delayed = utils.DelayedSubmission.load(paths.submitted_pickle)
+        stop = _Stop(env, paths, delayed)
+        signal.signal(signal.SIGCONT, lambda s, f: stop.log.info("SIGCONT caught"))
+        for signum in {signal.SIGTERM, getattr(signal, "SIG" + requeue_signal(os.environ))}:
+            signal.signal(signum, stop)
+        result = delayed.result()
+        log.info("Job completed successfully")
+        with utils.temporary_save_path(paths.result_pickle) as tmp:
+            utils.cloudpickle_dump(("success", result), tmp)
+    except Exception:
+        with utils.temporary_save_path(paths.result_pickle) as tmp:
+            utils.cloudpickle_dump(("error", traceback.format_exc()), tmp)
+        log.error("Submitted job triggered an exception")
+        raise
 
 
 # --- on the host: the step, its signals and the requeue decision ------------------------------
 
 
-class Supervisor:
-    """One attempt of one submitit job, run from its batch shell."""
+class Supervisor(Attempt):
+    """One attempt of one submitit job, run from its batch shell: the attempt supervisor
+    (:class:`~slurmkit.runtime.attempt.Attempt`) with submitit's files (the attempts beside
+    the pickles, an error result for each task that ends without one)."""
 
-    def __init__(self, config: Mapping[str, Any], argv: Sequence[str]) -> None:
+    def __init__(self, config: JobContract, argv: Sequence[str]) -> None:
+        enabled = config.requeue.enabled and "SLURM_JOB_ID" in os.environ
+        super().__init__(config.requeue, enabled)
         self.config = config
         self.argv = list(argv)
         self.job = job_id(os.environ)
-        self.folder = folder_of(str(config["folder"]), self.job)
-        self.tasks = int(config.get("tasks", 1))
-        self.policy: dict[str, Any] = dict(config.get("requeue") or {"enabled": False})
-        self.signal_name = str(self.policy.get("signal", "USR2"))
+        self.folder = folder_of(config.folder, self.job)
+        self.tasks = config.tasks
         self.record_path = os.path.join(self.folder, f"{self.job}_attempts.json")
-        self.signals: list[str] = []
-        self.info: dict[str, str] | None = None  # Slurm's view of the job when a signal came
-        self.proc: subprocess.Popen[bytes] | None = None
         self.record: dict[str, Any] = {"attempts": []}
-        self.cause: str | None = None
         self.log_start = 0
         self.ours: set[int] = set()  # the tasks whose (error) result this supervisor wrote
 
@@ -196,39 +226,19 @@ class Supervisor:
         if isinstance(record, dict) and isinstance(record.get("attempts"), list):
             self.record = record
 
-    @property
-    def on_slurm(self) -> bool:
-        return bool(self.policy.get("enabled")) and "SLURM_JOB_ID" in os.environ
-
     def begin(self) -> int | None:
         """Record this attempt; an exit code when the job must not run (again)."""
         os.makedirs(self.folder, exist_ok=True)
         self.load()
-        attempts = self.record["attempts"]
         if len(self.missing()) < self.tasks:
             self.say(f"job {self.job} has its result already: not running it again")
             return 0
-        if attempts and attempts[-1].get("state") == states.RUNNING:
-            # the last attempt vanished without recording its end: its node (or job) died
-            attempts[-1].update(state=states.NODE_FAIL, cause="node_failure")
-            if self.on_slurm:
-                out = requeue.decide(
-                    REQUEUE_EXIT, "node_failure", False, attempts[:-1], self.budgets
-                )
-                if out.state == states.FAILED:
-                    self.record.update(state=out.state, cause=out.cause, reason=out.reason)
-                    self.save()
-                    self.fail(f"{out.state}: {out.reason}")
-                    return 1
-        attempts.append(
-            {
-                "n": len(attempts) + 1,
-                "state": states.RUNNING,
-                "start": time.time(),
-                "host": socket.gethostname(),
-                **{k: os.environ[v] for k, v in _SLURM_KEYS.items() if v in os.environ},
-            }
-        )
+        spent = self.open(self.record["attempts"])
+        if spent is not None:  # the node_failure budget is spent: it does not run again
+            self.record.update(state=spent.state, cause=spent.cause, reason=spent.reason)
+            self.save()
+            self.fail(f"{spent.state}: {spent.reason}")
+            return 1
         self.record.update(state=states.RUNNING)
         self.save()
         try:
@@ -241,70 +251,25 @@ class Supervisor:
             self.log_start = 0
         return None
 
-    @property
-    def budgets(self) -> dict[str, int | None]:
-        return dict(self.policy.get("budgets") or {})
-
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        known = {
-            "job_id": env.get("SLURM_JOB_ID", "0"),
-            "array_task_id": env.get("SLURM_ARRAY_TASK_ID", "0"),
-            "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
-            "trial_dir": self.folder,
-        }
-        env.update(placeholders.fill(self.config.get("env_runtime") or {}, known))
+        env.update(runtime_env(self.config.env_runtime, self.folder, "0", "0"))
         env.update(rendezvous(env))
-        env[ENV_SIGNAL] = self.signal_name
+        env[ENV_SIGNAL] = self.policy.signal
         return env
 
-    def forward(self, signum: int, frame: Any = None) -> None:
-        """Forward ``signum`` to the step (srun passes it on to the tasks)."""
-        name = signal.Signals(signum).name.removeprefix("SIG")
-        if name not in self.signals:
-            self.signals.append(name)
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signum)
-            except ProcessLookupError:
-                pass
-
-    def classify(self) -> str | None:
-        info = self.info if self.info is not None else self.job_info()
-        self.info = info
-        return requeue.classify(
-            self.signals,
-            self.signal_name,
-            info,
-            int(self.policy.get("lead", 120)),
-            int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-        )
-
-    def job_info(self) -> dict[str, str]:
-        return requeue.job_info(
-            os.environ.get("SLURM_JOB_ID", "0"),
-            os.environ.get("SLURMD_NODENAME", socket.gethostname()),
-        )
-
-    def start(self) -> None:
+    def start(self) -> bool:
+        """Start the step; False when a stop signal came first (it does not start)."""
         env = self.environment()
         argv = fill({"step": self.argv}, env)  # the job id in --container-name
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, env=env, cwd=self.config.get("workdir") or None
+        return self.launch(
+            argv, self.say, stdin=subprocess.DEVNULL, env=env, cwd=self.config.workdir or None
         )
 
-    def wait(self) -> int:
-        assert self.proc is not None
-        while True:
-            try:
-                rc = self.proc.wait(timeout=0.2 if self.on_slurm else None)
-                break
-            except subprocess.TimeoutExpired:
-                if self.signals and self.info is None:
-                    self.cause = self.classify()  # now, while Slurm's view is fresh
-                    if self.cause is None:  # a user's cancel: say so before Slurm kills us
-                        self.fail("the job was cancelled")
-        return 128 - rc if rc < 0 else rc
+    def signalled(self) -> None:
+        """A user's cancel: say so in the results before Slurm kills this supervisor."""
+        if self.stop_cause is None:
+            self.fail("the job was cancelled")
 
     def tail(self) -> str:
         try:
@@ -318,11 +283,7 @@ class Supervisor:
     def finish(self, code: int) -> int:
         """Record the attempt's end; the exit code for the batch shell."""
         attempt = self.record["attempts"][-1]
-        attempt.update(exit_code=code, end=time.time())
-        if self.signals:
-            attempt["signals"] = list(self.signals)
         missing = self.missing()
-        asked = os.path.exists(marker(self.folder, self.job)) or code == REQUEUE_EXIT
         by_slurm = False
         if len(missing) < self.tasks:  # the function ran to its end (or raised) in a task
             state = states.COMPLETED if code == 0 and not missing else states.FAILED
@@ -330,36 +291,19 @@ class Supervisor:
             if missing:
                 self.fail(f"this task ended without a result (the step exited {code})", missing)
         else:
+            asked = os.path.exists(marker(self.folder, self.job)) or code == REQUEUE_EXIT
             step_code = REQUEUE_EXIT if asked else code
-            cause: str | None = None
-            if self.on_slurm and self.signals:
-                cause = self.cause if self.info is not None else self.classify()
-                by_slurm = requeue.requeued_by_slurm(
-                    self.info or {}, int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-                )
-            elif step_code and requeue.container_failed(self.tail()):
-                cause = "container"
-            if not self.on_slurm:
-                outcome = requeue.Outcome(
-                    states.TERMINATED if self.signals else states.FAILED, step_code or 1
-                )
-            elif step_code == 0:
+            if step_code == 0:
                 outcome = requeue.Outcome(
                     states.FAILED, 1, None, "the step exited 0 without a result"
                 )
             else:
-                outcome = requeue.decide(
-                    step_code,
-                    cause,
-                    bool(self.signals),
-                    self.record["attempts"][:-1],
-                    self.budgets,
-                )
+                no_start = not self.signals and requeue.container_failed(self.tail())
+                earlier = self.record["attempts"][:-1]
+                outcome, by_slurm = self.outcome(step_code, no_start, earlier)
             if outcome.state != states.REQUEUED:
                 self.fail(self._why(outcome, code))
-        attempt["state"] = outcome.state
-        if outcome.cause:
-            attempt["cause"] = outcome.cause
+        self.close(attempt, outcome, code)
         self.record.update(state=outcome.state, cause=outcome.cause, reason=outcome.reason)
         self.save()
         if outcome.state == states.REQUEUED:
@@ -376,19 +320,19 @@ class Supervisor:
         return f"{outcome.state}: {reason}"
 
 
-def supervise(config: Mapping[str, Any], argv: Sequence[str]) -> int:
+def supervise(config: JobContract, argv: Sequence[str]) -> int:
     sup = Supervisor(config, argv)
-    early = sup.begin()
-    if early is not None:
-        return early
-    for signum in {signal.SIGTERM, signal.SIGINT, requeue_signal({ENV_SIGNAL: sup.signal_name})}:
-        signal.signal(signum, sup.forward)
+    early_exit = sup.begin()
+    if early_exit is not None:
+        return early_exit
+    stop = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + sup.policy.signal)}
+    early.release(sup.terminate, stop)
     try:
-        sup.start()
+        started = sup.start()
     except OSError as exc:
         sup.say(f"cannot start {argv[0]!r}: {exc}")
         return sup.finish(127)
-    return sup.finish(sup.wait())
+    return sup.finish(sup.wait_step() if started else REQUEUE_EXIT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     one = sub.add_parser("run", help="run the pickled call (a task of the job step)")
     one.add_argument("folder")
     watch = sub.add_parser("supervise", help="run the step, requeue the slurmkit way")
-    watch.add_argument("--config", required=True, help="JSON: folder, tasks, requeue, ...")
+    watch.add_argument("--config", required=True, help="JSON: the job contract (folder, ...)")
     watch.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.cmd == "run":
@@ -406,7 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     step = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not step:
         parser.error("supervise: no step to run after --")
-    return supervise(json.loads(args.config), step)
+    try:
+        config = JobContract.from_dict(json.loads(args.config), "--config")
+    except ValueError as exc:  # JSONDecodeError and Damaged
+        print(f"slurmkit.runtime.fnjob: {exc}", file=sys.stderr)
+        return 2
+    return supervise(config, step)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from ..core.contract import ENV_SIGNAL, REQUEUE_EXIT, requeue_mark
+from ..core.contract import REQUEUE_EXIT, requeue_mark, requeue_signal
 
 # Set by the handler with no lock: Slurm signals the whole process group while the runtime
 # forwards the same signal, so a second handler can run inside the first, at any bytecode. A
@@ -37,7 +37,7 @@ def install(signals: tuple[str, ...] | None = None) -> None:
     Once the program is exiting, the requeue signal is ignored: Python would otherwise restore
     its default action (terminate) and a run that has finished would look interrupted.
     """
-    names = signals or (os.environ.get(ENV_SIGNAL, "USR2"), "TERM")
+    names = signals or (requeue_signal(os.environ), "TERM")
     nums = [getattr(signal, f"SIG{name.upper().removeprefix('SIG')}") for name in names]
     for num in nums:
         signal.signal(num, _handler)

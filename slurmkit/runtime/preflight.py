@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..core.contract import ENV_SIGNAL
+from ..core.contract import requeue_signal
 from ..core.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from . import preemption
 from .distributed import RankInfo, rank_info
@@ -376,7 +376,7 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # first: the requeue signal must not kill a task that is measuring (TERM still does)
-    preemption.install((os.environ.get(ENV_SIGNAL, "USR2"),))
+    preemption.install((requeue_signal(os.environ),))
     args = _options(argv)
     info = rank_info(os.environ)
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -416,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 record, "allreduce", lambda: measure_allreduce(info, sizes, args.iters, args.warmup)
             )
     if "signal" in args.only and args.signal_wait > 0:
-        name = os.environ.get(ENV_SIGNAL, "USR2")
+        name = requeue_signal(os.environ)
         record["signal"] = wait_for_signal(args.out, info.rank, args.signal_wait, name)
     atomic_write_json(rank_file(args.out, info.rank), record)
     if dist is not None:

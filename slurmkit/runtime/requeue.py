@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -140,7 +140,7 @@ def decide(
     cause: str | None,
     signalled: bool,
     attempts: Sequence[dict[str, Any]],
-    budgets: dict[str, int | None],
+    budgets: Mapping[str, int | None],
 ) -> Outcome:
     """The outcome of an attempt that exited with ``code``.
 

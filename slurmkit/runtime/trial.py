@@ -17,28 +17,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import IO, Any
 
-from ..core import pids, placeholders, states
+from ..core import pids, states
 from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT, requeue_mark
 from ..core.fsutil import atomic_write_json, read_json
+from ..core.jobcontract import JobContract
 from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
 from . import datacache, requeue
+from .attempt import Attempt, node, runtime_env
 
-_SLURM_KEYS = {
-    "job_id": "SLURM_JOB_ID",
-    "array_job_id": "SLURM_ARRAY_JOB_ID",
-    "array_task_id": "SLURM_ARRAY_TASK_ID",
-    "restart_count": "SLURM_RESTART_COUNT",
-}
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
 # its heartbeat, and its claim is stale after STALE_AFTER.
 CLAIM_WAIT = STALE_AFTER + 2 * HEARTBEAT
@@ -65,67 +60,55 @@ def _path_with_python() -> str:
     )
 
 
-_MASKS = ("SigBlk:", "SigIgn:", "SigCgt:")
-
-
-def handles(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` catches, ignores or blocks ``signum`` (``/proc/PID/status``): it
-    would not die of it. Blocked means handled elsewhere: srun waits for its signals in a thread
-    (sigwait) with them blocked in its main thread. True where the masks cannot be read: the
-    signal is then sent as it comes."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            masks = [int(line.split()[1], 16) for line in fh if line.startswith(_MASKS)]
-    except (OSError, ValueError, IndexError):
-        return True
-    return len(masks) != len(_MASKS) or any(mask >> (signum - 1) & 1 for mask in masks)
-
-
 def _holder(held: dict[str, Any]) -> str:
     """Who holds a trial's claim, in words: ``job J (pid P on NODE)``."""
     where = f"pid {held.get('pid', '?')} on {held.get('host', '?')}"
     return f"job {held['job_id']} ({where})" if held.get("job_id") else where
 
 
-class TrialRun:
+def contract(sweep: SweepDir, config: JobContract | Mapping[str, Any] | None) -> JobContract:
+    """The job contract of ``sweep``: ``config`` as it is, or read (from ``sweep.json`` when
+    None); Damaged (a ValueError naming sweep.json and the key) when it cannot be."""
+    if isinstance(config, JobContract):
+        return config
+    if config is None:
+        return JobContract.read(sweep.sweep_json)
+    return JobContract.from_dict(config, sweep.sweep_json)
+
+
+class TrialRun(Attempt):
     """One attempt of one trial. ``start()``, then ``wait()``; ``terminate()`` from elsewhere.
 
-    ``under_slurm``: this is an array task; the requeue policy applies, and the command stays in
-    the job's process group so that Slurm's signals and process tracking reach it. Otherwise
-    (the local backend) it gets a group of its own, so that stopping it stops its whole tree.
+    ``config``: the job contract (:class:`~slurmkit.core.jobcontract.JobContract`, or its
+    dict), read from ``sweep.json`` when None. ``under_slurm``: this is an array task; the
+    requeue policy applies, and the command stays in the job's process group so that Slurm's
+    signals and process tracking reach it. Otherwise (the local backend) it gets a group of its
+    own, so that stopping it stops its whole tree.
 
-    Under the requeue policy, the requeue signal reaches the command once it catches, ignores or
-    blocks it (:func:`handles`): sent before, it would kill a command that is still starting
-    (importing torch, say) and lose its requeue. A command that never catches it runs on to the
-    time limit. A stop signal that comes before the command has started ends the attempt
-    without starting it.
+    Signals, the wait loop and the decision are the attempt supervisor's
+    (:class:`~slurmkit.runtime.attempt.Attempt`): the requeue signal reaches the command once
+    it handles it, and a stop signal that comes before the command has started ends the
+    attempt without starting it.
     """
 
     def __init__(
         self,
         sweep: SweepDir,
         index: int,
-        config: dict[str, Any] | None = None,
+        config: JobContract | Mapping[str, Any] | None = None,
         row: dict[str, Any] | None = None,
         *,
         under_slurm: bool = False,
     ) -> None:
+        self.config = contract(sweep, config)
+        super().__init__(self.config.requeue, under_slurm and self.config.requeue.enabled)
         self.sweep = sweep
-        self.config = config if config is not None else read_json(sweep.sweep_json)
         self.row = row if row is not None else sweep.manifest_row(index)
         self.id: str = self.row["id"]
         self.dir = sweep.trial(self.id)
         self.status_path = sweep.status(self.id)
         self.own_group = not under_slurm
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.signals: list[str] = []
-        self.job: dict[str, str] | None = None  # Slurm's view of the job when a signal came
         self.status: dict[str, Any] = {}
-        self.policy: dict[str, Any] = self.config.get("requeue") or {"enabled": False}
-        self.on_slurm = under_slurm and bool(self.policy.get("enabled"))
-        self.requeue_signal: str = self.policy.get("signal", "USR2")
-        self._hold = getattr(signal, "SIG" + self.requeue_signal) if self.on_slurm else None
-        self._held = False  # the requeue signal came; wait() sends it once the command catches it
         self._claim = Lock(self.dir)
         self.log_start = 0  # where this attempt's output begins in output.log
         self.early_exit: int | None = None  # the exit code when it ended before its command
@@ -182,49 +165,41 @@ class TrialRun:
         return {}
 
     def start(self) -> None:
-        """Record the attempt as RUNNING and start the command (no shell)."""
+        """Record the attempt as RUNNING and start the command (no shell): its argv and
+        environment, the log's header, the datasets, then the command itself."""
         os.makedirs(self.dir, exist_ok=True)
         self.status = self._read_status() or {
             "id": self.id,
             "index": self.row["index"],
             "attempts": [],
         }
-        earlier = self.status["attempts"]
-        if earlier and earlier[-1].get("state") == states.RUNNING:
-            # the last attempt vanished without recording an end: its node (or job) died
-            earlier[-1].update(state=states.NODE_FAIL, cause="node_failure")
-            if self.on_slurm:
-                out = requeue.decide(
-                    REQUEUE_EXIT,
-                    "node_failure",
-                    False,
-                    earlier[:-1],
-                    self.policy.get("budgets", {}),
-                )
-                if out.state == states.FAILED:
-                    self._record(out.state, out.code, cause=out.cause, reason=out.reason)
-                    return
-        attempt = {
-            "n": len(earlier) + 1,
-            "state": states.RUNNING,
-            "start": time.time(),
-            "host": socket.gethostname(),
-            **{k: os.environ[v] for k, v in _SLURM_KEYS.items() if v in os.environ},
-        }
-        earlier.append(attempt)
+        spent = self.open(self.status["attempts"])
+        if spent is not None:  # the node_failure budget is spent: it does not run again
+            self._record(spent.state, spent.code, cause=spent.cause, reason=spent.reason)
+            return
         self._record(states.RUNNING, None)
-        cfg = self.config
-        argv = list(cfg["command"]) + param_args(self.row["params"], cfg.get("args", "hydra"))
-        known = {
-            "job_id": os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}-{self.row['index']}",
-            "array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID") or str(self.row["index"]),
-            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-            "trial_dir": self.dir,
-        }
+        argv, env = self._command()
+        with open(self.sweep.output(self.id), "ab") as log, self._stderr() as err:
+            out = err or log
+            self._header(log, out)
+            if self.config.data:
+                found = self._stage(env, out)
+                if found is None:
+                    return
+                step = len(self.config.launch.get("step", []))  # the srun prefix of argv
+                argv = [*argv[:step], *found, *argv[step:]]
+            self._launch(argv, env, log, err)
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        """The command's argv (with its launcher prefix) and its environment (the module's
+        docstring)."""
+        cfg, attempt = self.config, self.status["attempts"][-1]
+        argv = list(cfg.command) + param_args(self.row["params"], cfg.args)
+        local = f"local-{os.getpid()}-{self.row['index']}"
         env = {
             **os.environ,
-            **cfg.get("env", {}),
-            **placeholders.fill(cfg.get("env_runtime", {}), known),
+            **cfg.env,
+            **runtime_env(cfg.env_runtime, self.dir, local, str(self.row["index"])),
             "PATH": _path_with_python(),
             "SLURMKIT_SWEEP_DIR": self.sweep.root,
             "SLURMKIT_TRIAL_ID": self.id,
@@ -232,62 +207,72 @@ class TrialRun:
             "SLURMKIT_TRIAL_DIR": self.dir,
             "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
             "SLURMKIT_ATTEMPT": str(attempt["n"]),
-            ENV_SIGNAL: self.requeue_signal,
+            ENV_SIGNAL: self.policy.signal,
         }
-        launch = cfg.get("launch") or {}
-        step = len(launch.get("step", []))  # the srun prefix of argv, filled in below
+        launch = cfg.launch
         if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
             env.update(rendezvous(env))
             argv = fill(launch, env) + argv
         elif launch.get("env"):  # env_prepend/env_append on a plain command
             argv = [*launch["env"], *argv]
-        cwd = cfg.get("workdir") or cfg.get("submit_dir") or None
+        return argv, env
+
+    def _header(self, log: IO[bytes], out: IO[bytes]) -> None:
+        """The attempt's first line, in output.log (and the stderr file); where it begins."""
+        attempt = self.status["attempts"][-1]
         header = (
             f"=== slurmkit: trial {self.id} (index {self.row['index']}) attempt "
             f"{attempt['n']} on {attempt['host']}"
             + (f" job {attempt['job_id']}" if "job_id" in attempt else "")
             + " ===\n"
         ).encode()
-        with open(self.sweep.output(self.id), "ab") as log, self._stderr() as err:
-            for fh in {log, err or log}:
-                fh.write(header)
-                fh.flush()
-            self.log_start = (err or log).tell()
-            if cfg.get("data"):
-                try:
-                    found, wrap = datacache.prepare(
-                        cfg["data"],
-                        env,
-                        known["node"],
-                        launch.get("data") or [],
-                        lambda: bool(self.signals),
-                        err or log,
-                    )
-                except datacache.DataError as exc:
-                    (err or log).write(f"slurmkit.data: {exc}\n".encode())
-                    self._data_failed(str(exc))
-                    return
-                env.update(found)
-                argv = [*argv[:step], *wrap, *argv[step:]]
-            if self.signals:  # stopped already: no work to lose, so none to start
-                why = f"slurmkit: {', '.join(self.signals)} came before the command started\n"
-                (err or log).write(why.encode())
-                self.early_exit = self._finish(REQUEUE_EXIT)
-                return
-            try:
-                self.proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=err or subprocess.STDOUT,
-                    cwd=cwd,
-                    env=env,
-                    start_new_session=self.own_group,
-                )
-            except OSError as exc:
-                (err or log).write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
-                self.proc = None
-                self._finish(127)
+        for fh in {log, out}:
+            fh.write(header)
+            fh.flush()
+        self.log_start = out.tell()
+
+    def _stage(self, env: dict[str, str], out: IO[bytes]) -> list[str] | None:
+        """Make the datasets ready (``env`` gets their variables): the wrapper the step needs;
+        None when the attempt ended here (:meth:`_data_failed`)."""
+        try:
+            found, wrap = datacache.prepare(
+                self.config.data,
+                env,
+                node(),
+                self.config.launch.get("data") or [],
+                lambda: bool(self.signals),
+                out,
+            )
+        except datacache.DataError as exc:
+            out.write(f"slurmkit.data: {exc}\n".encode())
+            self._data_failed(str(exc))
+            return None
+        env.update(found)
+        return wrap
+
+    def _launch(
+        self, argv: list[str], env: dict[str, str], log: IO[bytes], err: IO[bytes] | None
+    ) -> None:
+        """Start the command; the attempt ends here when it cannot start, or a stop came."""
+        out = err or log
+        try:
+            started = self.launch(
+                argv,
+                lambda why: out.write(f"{why}\n".encode()),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=err or subprocess.STDOUT,
+                cwd=self.config.workdir or self.config.submit_dir or None,
+                env=env,
+                start_new_session=self.own_group,
+            )
+        except OSError as exc:
+            out.write(f"slurmkit: cannot start {argv[0]!r}: {exc}\n".encode())
+            self.proc = None
+            self._finish(127)
+            return
+        if not started:
+            self.early_exit = self._finish(REQUEUE_EXIT)
 
     def _data_failed(self, why: str) -> None:
         """End this attempt before its command: a dataset is missing (FAILED: a rerun would
@@ -301,22 +286,14 @@ class TrialRun:
         attempt.update(state=states.FAILED, exit_code=1, end=time.time())
         self._record(states.FAILED, 1, reason=f"data: {why}")
 
-    def terminate(self, signum: int = signal.SIGTERM) -> None:
-        """Forward ``signum`` to the command (safe to call from a signal handler)."""
-        name = signal.Signals(signum).name.removeprefix("SIG")
-        if name not in self.signals:  # Slurm may signal the command's group directly, too
-            self.signals.append(name)
-        if signum == self._hold and signum != signal.SIGTERM:
-            self._held = True
-            return
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                if self.own_group:
-                    os.killpg(self.proc.pid, signum)
-                else:
-                    os.kill(self.proc.pid, signum)
-            except ProcessLookupError:
-                pass
+    def _send(self, signum: int) -> None:
+        """Signal the command: its own process group outside Slurm, else its main process."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            if self.own_group:
+                os.killpg(self.proc.pid, signum)
+            else:
+                os.kill(self.proc.pid, signum)
 
     def wait(self) -> int:
         """Wait for the command; record the outcome; return the exit code for the batch shell
@@ -325,23 +302,7 @@ class TrialRun:
             if self.early_exit is not None:
                 return self.early_exit
             return int(self.status.get("exit_code") or 1)
-        while True:
-            try:
-                rc = self.proc.wait(timeout=0.2 if self.on_slurm else None)
-                break
-            except subprocess.TimeoutExpired:
-                if self.signals and self.job is None and self.on_slurm:
-                    self.job = self._job_info()  # now, while Slurm's view is fresh
-                if self._held and self._hold and handles(self.proc.pid, self._hold):
-                    self._held = False
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(self.proc.pid, self._hold)
-        return self._finish(128 - rc if rc < 0 else rc)
-
-    def _job_info(self) -> dict[str, str]:
-        return requeue.job_info(
-            os.environ["SLURM_JOB_ID"], os.environ.get("SLURMD_NODENAME", socket.gethostname())
-        )
+        return self._finish(self.wait_step())
 
     def _finish(self, code: int) -> int:
         attempt = self.status["attempts"][-1]
@@ -350,52 +311,21 @@ class TrialRun:
             code = REQUEUE_EXIT if code != 0 else code
             with contextlib.suppress(OSError):
                 os.remove(mark)
-        by_slurm = False  # Slurm requeued the job itself: the batch shell must not again
         no_start = bool(
             code
             and not self.signals
-            and self.config.get("container")
+            and self.config.container
             and requeue.container_failed(self._output_tail())
         )
-        if self.on_slurm:
-            cause = "container" if no_start else None
-            if self.signals:
-                info = self.job if self.job is not None else self._job_info()
-                attempt["slurm"] = {k: info[k] for k in requeue.EVIDENCE if k in info}
-                restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-                cause = requeue.classify(
-                    self.signals,
-                    self.requeue_signal,
-                    info,
-                    int(self.policy.get("lead", 120)),
-                    restarts,
-                )
-                by_slurm = requeue.requeued_by_slurm(info, restarts)
-            outcome = requeue.decide(
-                code,
-                cause,
-                bool(self.signals),
-                self.status["attempts"][:-1],
-                self.policy.get("budgets", {}),
-            )
-        elif code == 0:
-            outcome = requeue.Outcome(states.COMPLETED, 0)
-        elif no_start:
-            outcome = requeue.decide(code, "container", False, [], {"container": 0})
-        else:
-            outcome = requeue.Outcome(states.TERMINATED if self.signals else states.FAILED, code)
-        attempt.update(state=outcome.state, exit_code=code, end=time.time())
-        if outcome.cause:
-            attempt["cause"] = outcome.cause
-        if self.signals:
-            attempt["signals"] = list(self.signals)
+        outcome, by_slurm = self.outcome(code, no_start, self.status["attempts"][:-1])
+        self.close(attempt, outcome, code)
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
         if by_slurm and outcome.code == REQUEUE_EXIT:
             return ALREADY_REQUEUED
         return outcome.code
 
     def _separate(self) -> bool:
-        return (self.config.get("logs") or {}).get("stderr") == "separate"
+        return self.config.stderr == "separate"
 
     def _stderr(self) -> Any:
         """The trial's stderr file (logs.stderr: separate), or a context holding None."""

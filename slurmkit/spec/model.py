@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
+from ..core.contract import DEFAULT_SIGNAL
+from ..core.jobcontract import DEFAULT_LEAD, default_budgets
 from ..core.record import record
 from ..core.values import Choice, Distribution, format_value
 
@@ -150,17 +152,9 @@ class Requeue:
     """
 
     enabled: bool = True
-    signal: str = "USR2"
-    lead: int = 120
-    budgets: dict[str, int | None] = field(
-        default_factory=lambda: {
-            "preemption": None,
-            "timeout": 3,
-            "node_failure": 3,
-            "container": 0,
-            "error": 0,
-        }
-    )
+    signal: str = DEFAULT_SIGNAL
+    lead: int = DEFAULT_LEAD
+    budgets: dict[str, int | None] = field(default_factory=default_budgets)
 
 
 @record

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import slurmtime
-from ..core.contract import SIGNALS
+from ..core.contract import DEFAULT_SIGNAL, SIGNALS
+from ..core.jobcontract import DEFAULT_LEAD
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import MAX_SWEEP_SIZE, parse_value
@@ -764,7 +765,7 @@ def _requeue(raw: Any, source: str, time: str | None) -> Requeue:
         )
     reject_unknown(raw, REQUEUE_KEYS, file=source, prefix=p)
     enabled = _typed(raw, "enabled", bool, source, default=True, prefix=p)
-    sig = str(_typed(raw, "signal", str, source, default="USR2", prefix=p)).upper()
+    sig = str(_typed(raw, "signal", str, source, default=DEFAULT_SIGNAL, prefix=p)).upper()
     sig = sig[3:] if sig.startswith("SIG") else sig
     if sig not in SIGNALS:
         raise SpecError(
@@ -773,7 +774,7 @@ def _requeue(raw: Any, source: str, time: str | None) -> Requeue:
             key=p + "signal",
             hint=f"allowed values: {', '.join(SIGNALS)}",
         )
-    lead = _positive(raw, "lead", source, default=120, prefix=p)
+    lead = _positive(raw, "lead", source, default=DEFAULT_LEAD, prefix=p)
     limit = slurmtime.parse_seconds(time) if time else None
     if limit is not None and lead >= limit:
         raise SpecError(
