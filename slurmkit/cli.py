@@ -106,7 +106,7 @@ def _files(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
     return [CompletionItem(incomplete, type="file")]
 
 
-def _dirs(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+def complete_dirs(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
     """Shell completion of a sweep DIR: the shell's own directory names."""
     from click.shell_completion import CompletionItem  # only when completing
 
@@ -126,7 +126,7 @@ def _fail(exc: Exception, as_json: bool = False) -> NoReturn:
     sys.exit(code)
 
 
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a UserError into a message and its exit code (no traceback)."""
     import functools  # functools: ~1 ms, only to wrap commands when one runs
 
@@ -171,9 +171,9 @@ def _reporter(as_json: bool) -> Any:
 
 def _outcome(result: Any, as_json: bool) -> None:
     """Print what a submission did (or would do); exit 1 when a local trial failed."""
-    _warn(result.warnings)
+    warn(result.warnings)
     if as_json:
-        _emit_json(result.as_dict())
+        emit_json(result.as_dict())
     elif result.dry_run:
         from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -196,13 +196,13 @@ def _positive_seconds(value: float) -> float:
     return value
 
 
-def _warn(warnings: list[str]) -> None:
+def warn(warnings: list[str]) -> None:
     """One line on stderr per damaged file of a sweep directory (what it costs, what to do)."""
     for text in warnings:
         click.echo(click.style("warning: ", fg="yellow") + text, err=True)
 
 
-def _emit_json(obj: Any) -> None:
+def emit_json(obj: Any) -> None:
     """One JSON document on one line (json's C encoder; pipe it to ``jq`` to read it), strict
     JSON: a NaN or infinite float is the string "NaN", "Infinity" or "-Infinity"."""
     import json  # ~1 ms: only for --json (and --help needs none)
@@ -263,7 +263,7 @@ def main() -> None:
 @click.option("--yes", is_flag=True, help="Submit even more than 100,000 trials.")
 @click.option("--list", "list_trials", is_flag=True, help="List the trials; submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_guard
+@guarded
 def sweep(
     args: tuple[str, ...],
     resume_dir: str | None,
@@ -353,7 +353,7 @@ def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         import json
 
-        _emit_json([json.loads(row) for row in trials.rows])  # the manifest's rows, strict JSON
+        emit_json([json.loads(row) for row in trials.rows])  # the manifest's rows, strict JSON
         return
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -375,7 +375,7 @@ def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
 @click.option("--no-self-check", is_flag=True, help="Skip the container self-check.")
 @click.option("--dry-run", is_flag=True, help="Print the batch script; create and submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_guard
+@guarded
 def submit(
     args: tuple[str, ...],
     backend: str,
@@ -432,7 +432,7 @@ def submit(
     is_flag=True,
     help="The submitit executor that slurmkit.executor() makes of a job spec, as JSON.",
 )
-@_guard
+@guarded
 def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
     """Print the batch script(s) of a job or sweep spec (nothing is created or submitted).
 
@@ -470,7 +470,7 @@ def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
 @click.option(
     "--json",
     "as_json",
@@ -487,7 +487,7 @@ def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
     help="Seconds between refreshes (more than 0).",
 )
 @click.option("--all", "show_all", is_flag=True, help="List every trial (default: 25 rows).")
-@_guard
+@guarded
 def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all: bool) -> None:
     """Counts per state and a table of trials (one scheduler query for the whole sweep).
 
@@ -507,18 +507,18 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
         current = ui.watch(lambda: collect(sweep_dir, with_metrics=as_json), interval, show_all)
     else:
         current = collect(sweep_dir, with_metrics=as_json)  # metrics.json: only for --json
-        _warn(current.warnings)
+        warn(current.warnings)
         if not as_json:
             from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
             ui.print_status(current, show_all)
     if as_json:
-        _emit_json(current.as_dict())
+        emit_json(current.as_dict())
     sys.exit(1 if current.failed else 0)
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
 @click.option("--sort", "sort_key", metavar="METRIC", help="Sort by this metric (or parameter).")
 @click.option("--desc", is_flag=True, help="Largest first.")
 @click.option(
@@ -531,7 +531,7 @@ def status(sweep_dir: str, as_json: bool, watch: bool, interval: float, show_all
 @click.option(
     "--limit", type=click.IntRange(min=0), default=None, help="Show at most this many rows."
 )
-@_guard
+@guarded
 def results(
     sweep_dir: str, sort_key: str | None, desc: bool, as_json: bool, as_csv: bool, limit: int | None
 ) -> None:
@@ -551,10 +551,10 @@ def results(
     if as_json and as_csv:
         raise click.UsageError("--json and --csv: give one of them")
     rows, columns, warnings = results_table(sweep_dir, sort_key, desc)
-    _warn(warnings)
+    warn(warnings)
     rows = rows[:limit] if limit is not None else rows
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -565,14 +565,14 @@ def results(
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
 @click.argument("trial", metavar="TRIAL")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until it ends.")
 @click.option("--slurm", "slurm_log", is_flag=True, help="Show Slurm's own log of the task.")
 @click.option(
     "--stderr", is_flag=True, help="Show the stderr file (specs with logs.stderr: separate)."
 )
-@_guard
+@guarded
 def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool) -> None:
     """Print a trial's output (TRIAL: its index or a prefix of its id).
 
@@ -590,10 +590,10 @@ def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool
 
 
 @main.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
 @click.option("--dry-run", is_flag=True, help="Say what would be cancelled; cancel nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was cancelled as JSON.")
-@_guard
+@guarded
 def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
     """Cancel every queued and running trial of the sweep (one scancel call).
 
@@ -605,9 +605,9 @@ def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
     from .steer import cancel as do_cancel  # steer: status and the backends
 
     done = do_cancel(sweep_dir, dry_run)
-    _warn(done.warnings)
+    warn(done.warnings)
     if as_json:
-        _emit_json(done.as_dict())
+        emit_json(done.as_dict())
     else:
         what = ", ".join(done.texts)
         click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .cli import _dirs, _emit_json, _guard, _warn, main
+from .cli import complete_dirs, emit_json, guarded, main, warn
 
 
 @click.group()
@@ -28,7 +28,7 @@ def image() -> None:
     help="Directory on the shared filesystem for squashfs images.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_guard
+@guarded
 def image_import(uri: str, directory: str, as_json: bool) -> None:
     """Pre-stage URI as a squashfs with `enroot import` (skipped when already there).
 
@@ -41,14 +41,14 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
 
     staged = import_image(uri, directory)
     if as_json:
-        _emit_json({"path": staged.path, "created": staged.created})
+        emit_json({"path": staged.path, "created": staged.created})
     else:
         click.echo(f"{'imported' if staged.created else 'already staged'}: {staged.path}")
 
 
 @click.command()
 @click.argument("src", metavar="SRC")
-@click.argument("dst", metavar="DST", shell_complete=_dirs)
+@click.argument("dst", metavar="DST", shell_complete=complete_dirs)
 @click.option("--verify", is_flag=True, help="Then read every file at DST again: checksums.")
 @click.option("--dry-run", is_flag=True, help="Say what would be copied; write nothing.")
 @click.option(
@@ -69,7 +69,7 @@ def image_import(uri: str, directory: str, as_json: bool) -> None:
     "bytes shared among --jobs, up to 64 MiB a part).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
-@_guard
+@guarded
 def stage(
     src: str,
     dst: str,
@@ -110,7 +110,7 @@ def stage(
             reporter=reporter,
         )
     if as_json:
-        _emit_json(result.as_dict())
+        emit_json(result.as_dict())
     else:
         click.echo(result.text())
 
@@ -131,7 +131,7 @@ def stage(
 )
 @click.option("--partition", help="The partition of that tiny job.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-@_guard
+@guarded
 def doctor(output_root: str, nodes: int, partition: str | None, as_json: bool) -> None:
     """Check that this cluster runs slurmkit's jobs as it should: each check ok, warn or fail
     with a hint. Exits 1 when a check fails.
@@ -146,7 +146,7 @@ def doctor(output_root: str, nodes: int, partition: str | None, as_json: bool) -
 
     found = diagnose(output_root, nodes, partition)
     if as_json:
-        _emit_json({"checks": [c.as_dict() for c in found]})
+        emit_json({"checks": [c.as_dict() for c in found]})
     else:
         from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
@@ -218,7 +218,7 @@ def _sizes(_ctx: Any, _param: Any, value: str | None) -> str | None:
 )
 @click.option("--dry-run", is_flag=True, help="Print the batch script; create and submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict and figures as JSON.")
-@_guard
+@guarded
 def preflight(
     overrides: tuple[str, ...],
     nodes: int,
@@ -272,14 +272,14 @@ def preflight(
     limits = lib.Thresholds(min_fs_gbps=min_fs_gbps, min_busbw=min_busbw)
     result = lib.run(spec, limits, timeout=timeout, say=say)
     if as_json:
-        _emit_json(result.as_dict())
+        emit_json(result.as_dict())
     else:
         lib.print_report(result)
     sys.exit(1 if result.failed else 0)
 
 
 @click.command()
-@click.argument("dirs", nargs=-1, metavar="[DIR]...", shell_complete=_dirs)
+@click.argument("dirs", nargs=-1, metavar="[DIR]...", shell_complete=complete_dirs)
 @click.option(
     "--since",
     metavar="DATE",
@@ -298,7 +298,7 @@ def preflight(
     help="Also draw queue delay and GPU-hours over time into PNG (needs matplotlib: "
     "pip install 'slurmkit[plot]').",
 )
-@_guard
+@guarded
 def report(
     dirs: tuple[str, ...],
     since: str | None,
@@ -338,9 +338,9 @@ def report(
     if plot is not None:
         usageout.check_plot()
     found = collect(dirs, since=since, user=user, by=by)
-    _warn(found.warnings)
+    warn(found.warnings)
     if as_json:
-        _emit_json(found.as_dict())
+        emit_json(found.as_dict())
     elif as_csv:
         usageout.write_csv(found)
     elif prometheus:
@@ -354,9 +354,9 @@ def report(
 
 
 @click.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=_dirs)
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
 @click.option("--json", "as_json", is_flag=True, help="Print the lock's holder as JSON.")
-@_guard
+@guarded
 def unlock(sweep_dir: str, as_json: bool) -> None:
     """Break the lock of a sweep directory whose holder is gone.
 
@@ -373,7 +373,7 @@ def unlock(sweep_dir: str, as_json: bool) -> None:
 
     holder = do_unlock(sweep_dir)
     if as_json:
-        _emit_json({"sweep_dir": sweep_dir, "holder": holder})
+        emit_json({"sweep_dir": sweep_dir, "holder": holder})
     else:
         if holder is None:
             text = "not locked"

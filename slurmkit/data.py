@@ -91,7 +91,7 @@ def _missing(src: str) -> bool:
     if protocol == "file":
         return not os.path.exists(src.removeprefix("file://"))
     try:
-        fs, root = stage._filesystem(src, protocol, None, 1)
+        fs, root = stage.filesystem(src, protocol, None, 1)
         fs.info(root)
     except FileNotFoundError:
         return True

@@ -30,17 +30,17 @@ from typing import Any, NamedTuple
 
 from .core.record import record
 from .core.values import (
-    _DICT_KEY_KINDS,
-    _ID,
-    _INT_U,
-    _PRIMITIVE_KINDS,
+    DICT_KEY_KINDS,
+    ID_PATTERN,
+    INT_U,
+    PRIMITIVE_KINDS,
     Choice,
     Distribution,
     OverrideError,
-    _Token,
-    _tokenize,
-    _unquote,
+    Token,
     format_value,
+    tokenize,
+    unquote,
 )
 
 __all__ = [
@@ -321,7 +321,7 @@ _CLOSERS = {"BRACKET_OPEN": "]", "BRACE_OPEN": "}", "POPEN": ")"}
 # --------------------------------------------------------------------------- #
 
 
-def _column(token: _Token) -> int:
+def _column(token: Token) -> int:
     """Column of the token's first non-blank character (some tokens absorb blanks)."""
     blanks = len(token.text) - len(token.text.lstrip(" \t"))
     return token.pos + (blanks if token.text.strip() else 0)
@@ -330,21 +330,21 @@ def _column(token: _Token) -> int:
 class _Parser:
     def __init__(self, text: str, start: int) -> None:
         self.text = text
-        self.tokens = _tokenize(text, start)
+        self.tokens = tokenize(text, start)
         self.index = 0
 
-    def peek(self, ahead: int = 0) -> _Token:
+    def peek(self, ahead: int = 0) -> Token:
         return self.tokens[self.index + ahead]  # never past EOF: only an ID looks ahead
 
-    def take(self) -> _Token:
+    def take(self) -> Token:
         token = self.peek()
         self.index += 1
         return token
 
-    def error(self, message: str, token: _Token | None = None) -> OverrideError:
+    def error(self, message: str, token: Token | None = None) -> OverrideError:
         return OverrideError(message, self.text, _column(token or self.peek()))
 
-    def unexpected(self, expected: str, opener: _Token | None = None) -> OverrideError:
+    def unexpected(self, expected: str, opener: Token | None = None) -> OverrideError:
         token = self.peek()
         found = "end of input" if token.kind == "EOF" else repr(token.text.strip() or token.text)
         message = f"expected {expected} but found {found}"
@@ -384,9 +384,9 @@ class _Parser:
             return self.dict_()
         if token.kind == "QUOTED":
             self.take()
-            return _Quoted(_unquote(token.text), token.text[0])
-        if token.kind in _PRIMITIVE_KINDS:
-            return self.primitive(_PRIMITIVE_KINDS)
+            return _Quoted(unquote(token.text), token.text[0])
+        if token.kind in PRIMITIVE_KINDS:
+            return self.primitive(PRIMITIVE_KINDS)
         raise self.unexpected("a value")
 
     def primitive(self, kinds: frozenset[str]) -> Any:
@@ -410,7 +410,7 @@ class _Parser:
             return None
         return text[1::2] if kind == "ESC" else text
 
-    def sequence(self, opener: _Token, item: Callable[[], Any]) -> list[Any]:
+    def sequence(self, opener: Token, item: Callable[[], Any]) -> list[Any]:
         """Items separated by commas up to the closer matching ``opener``."""
         closer = {"]": "BRACKET_CLOSE", "}": "BRACE_CLOSE", ")": "PCLOSE"}[_CLOSERS[opener.kind]]
         items: list[Any] = []
@@ -429,7 +429,7 @@ class _Parser:
 
     def dict_(self) -> dict[Any, Any]:
         def pair() -> tuple[Any, Any]:
-            key = self.primitive(_DICT_KEY_KINDS)
+            key = self.primitive(DICT_KEY_KINDS)
             if self.peek().kind != "COLON":
                 raise self.unexpected("':' after a dict key")
             self.take()
@@ -498,9 +498,9 @@ def parse_value(text: str) -> Any:
 # --------------------------------------------------------------------------- #
 
 _KEY_SPECIAL = r"[a-zA-Z_$][a-zA-Z0-9_\-$]*"
-_SEGMENT = rf"(?:{_KEY_SPECIAL}|{_INT_U})"
+_SEGMENT = rf"(?:{_KEY_SPECIAL}|{INT_U})"
 _PACKAGE = rf"(?:{_SEGMENT}(?:\.{_SEGMENT})+|{_KEY_SPECIAL})?"
-_KEY = re.compile(rf"(?:{_ID}(?:/{_ID})+|{_PACKAGE})(?:@{_PACKAGE})?")
+_KEY = re.compile(rf"(?:{ID_PATTERN}(?:/{ID_PATTERN})+|{_PACKAGE})(?:@{_PACKAGE})?")
 
 
 def parse_override(text: str) -> Override:

@@ -465,7 +465,7 @@ def stage(
     protocol = source_protocol(src)
     dst = local_dst(dst)
     reporter = reporter or Reporter()
-    fs, root = _filesystem(src, protocol, endpoint_url, jobs)
+    fs, root = filesystem(src, protocol, endpoint_url, jobs)
     result = Result(public(src), dst, dry_run=dry_run)
     listing = _list(fs, root, src, protocol)
     result.files, result.total_bytes = len(listing), sum(e.size or 0 for e in listing)
@@ -534,7 +534,7 @@ def _up_to_date(dst: str, listing: Sequence[Entry], result: Result) -> bool:
     return True
 
 
-def _filesystem(src: str, protocol: str, endpoint_url: str | None, jobs: int) -> tuple[Any, str]:
+def filesystem(src: str, protocol: str, endpoint_url: str | None, jobs: int) -> tuple[Any, str]:
     """The fsspec filesystem of SRC and its root path there."""
     try:
         import fsspec
@@ -1052,7 +1052,9 @@ def _fetch_many(fs: Any, urls: list[str]) -> list[Any]:
         from fsspec.asyn import sync
 
         async def fetch() -> list[Any]:
-            return await asyncio.gather(*(fs._cat_file(u) for u in urls), return_exceptions=True)
+            # fsspec's async API: its coroutines are the methods' underscore names (documented)
+            reads = (fs._cat_file(u) for u in urls)  # noqa: SLF001
+            return await asyncio.gather(*reads, return_exceptions=True)
 
         return list(sync(fs.loop, fetch))
     out: list[Any] = []

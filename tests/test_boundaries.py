@@ -235,6 +235,12 @@ def test_the_checkpoint_package_takes_no_underscore_name_of_another_module():
     assert not underscore_reaches(ROOT / "slurmkit" / "runtime" / "checkpoint")
 
 
+def test_no_module_takes_an_underscore_name_of_another():
+    """Modules talk through public names (issue 22): ruff's private-member rule does not see
+    an underscore import between slurmkit's own modules; this does."""
+    assert not underscore_reaches(ROOT / "slurmkit")
+
+
 def import_cycles(package: Path) -> list[list[str]]:
     """The import cycles among the modules of ``package`` (imports inside functions count),
     each as the modules along it; ``[]`` when there is none."""

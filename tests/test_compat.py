@@ -1,5 +1,7 @@
-"""Other libraries' private names, CPython's included, appear only in ``slurmkit/compat/`` (one
-shim module per library, with the versions tested): everywhere else slurmkit uses public APIs.
+"""Other libraries' private names, CPython's included, appear only in their shim: one module per
+library (:data:`SHIMS`), whose docstring names each and the versions tested; everywhere else
+slurmkit uses public APIs. (The in-job shims live under ``runtime/``, which imports nothing of
+the login side.)
 
 What is read from the source: imports of a private module or name (``from _sha2 import ...``,
 ``from submitit.x import _y``), a private attribute of an imported module (``atexit._x``,
@@ -20,19 +22,11 @@ from slurmkit.compat import s3fs as s3compat
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = {"os._exit", "sys._getframe"}  # documented, despite the underscore
 NAMEDTUPLE = {"_fields", "_asdict", "_replace", "_make"}  # a named tuple's public API
-KNOWN = {
-    # Sites from before issue 22, each moving to a public API or into slurmkit/compat/ (issue 22,
-    # items 1, 5 and 6): delete its line when it goes (the last test holds the list to the code).
-    ("slurmkit/backends/submitit.py", "submitit.slurm.slurm._make_sbatch_string"),
-    ("slurmkit/executors.py", "submitit.slurm.slurm._make_sbatch_string"),
-    ("slurmkit/runtime/checkpoint/checkpointer.py", "threading._register_atexit"),
-    ("slurmkit/runtime/checkpoint/dcpread.py", "torch.distributed._shard._utils"),
-    ("slurmkit/runtime/checkpoint/dcpread.py", "torch.distributed.checkpoint._fsspec_filesystem"),
-    ("slurmkit/runtime/checkpoint/dcpread.py", "torch.serialization._load"),
-    ("slurmkit/runtime/checkpoint/dcpread.py", "torch._weights_only_unpickler"),
-    ("slurmkit/runtime/checkpoint/reader.py", "torch.serialization._load"),
-    ("slurmkit/runtime/checkpoint/reader.py", "torch._C"),
-    ("slurmkit/runtime/torchstate.py", "batches._sampler_iter"),
+SHIMS = {  # module: the library whose private names it alone may use
+    "slurmkit/compat/s3fs.py": "s3fs",
+    "slurmkit/submitit_adapter.py": "submitit",
+    "slurmkit/runtime/torchcompat.py": "torch",
+    "slurmkit/runtime/pycompat.py": "threading",  # CPython's
 }
 
 
@@ -84,8 +78,7 @@ def _sites() -> set[tuple[str, str]]:
     sites = set()
     for path in sorted((ROOT / "slurmkit").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if not rel.startswith("slurmkit/compat/"):
-            sites.update((rel, name) for name in private_names(path.read_text()))
+        sites.update((rel, name) for name in private_names(path.read_text()))
     return sites
 
 
@@ -107,15 +100,22 @@ def test_private_names_are_read_from_the_source(source, names):
 
 
 @pytest.mark.slow  # reads every module; the reader's own cases above stay in make unit
-def test_no_private_name_of_another_library_outside_compat():
-    new = _sites() - KNOWN
-    assert not new, f"private names of other libraries outside slurmkit/compat/: {sorted(new)}"
+def test_no_private_name_of_another_library_outside_its_shim():
+    outside = {(rel, name) for rel, name in _sites() if rel not in SHIMS}
+    assert not outside, f"private names of other libraries outside their shim: {sorted(outside)}"
 
 
 @pytest.mark.slow
-def test_the_known_sites_are_still_there():
-    gone = KNOWN - _sites()
-    assert not gone, f"gone from the code: delete them from KNOWN: {sorted(gone)}"
+def test_each_shim_reaches_into_its_one_library_and_names_what_and_which_versions():
+    for rel, library in SHIMS.items():
+        text = (ROOT / rel).read_text()
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        assert "tested" in doc.lower(), f"{rel}: its docstring names no versions tested"
+        for _, name in {site for site in _sites() if site[0] == rel}:
+            root = name.split(".")[0]
+            assert root in (library, "fs"), f"{rel} reaches into {name}, not {library}"
+            private = next(part for part in name.split(".") if part.startswith("_"))
+            assert private in doc, f"{rel}: its docstring does not name {private}"
 
 
 def test_the_s3fs_shim_names_what_it_uses():

@@ -46,8 +46,8 @@ class SlurmBackend(Backend):
         return "" if available() else "no sbatch on PATH"
 
     @classmethod
-    def probe(cls, timeout: float) -> _ConfigProbe:
-        return _ConfigProbe(start_config(timeout))
+    def probe(cls, timeout: float) -> ConfigProbe:
+        return ConfigProbe(start_config(timeout))
 
     def __init__(self, *, accounting: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -188,7 +188,7 @@ class SlurmBackend(Backend):
         return [Stopped(self.cancel_key, job, job) for job in arrays]
 
 
-class _ConfigProbe(Probe):
+class ConfigProbe(Probe):
     """The controller asked for its configuration; :meth:`result` reads MaxArraySize and
     MaxJobCount."""
 

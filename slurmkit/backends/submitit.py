@@ -37,7 +37,7 @@ from ..core.layout import slurm_log_name
 from ..errors import SchedulerError
 from . import slurm
 from .base import Progress, Submission
-from .slurm import SlurmBackend, _ConfigProbe
+from .slurm import ConfigProbe, SlurmBackend
 
 if TYPE_CHECKING:
     from ..core.layout import SweepDir
@@ -110,7 +110,7 @@ class SubmititBackend(SlurmBackend):
         return result
 
 
-class _Probe(_ConfigProbe):
+class _Probe(ConfigProbe):
     """The slurm backend's probe (MaxArraySize, MaxJobCount, accounting), for this backend."""
 
     def result(self) -> SubmititBackend:

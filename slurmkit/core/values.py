@@ -46,10 +46,10 @@ class Distribution:
 # Lexer (VALUE_MODE of OverrideLexer.g4): longest match, ties to the earlier rule.
 # --------------------------------------------------------------------------- #
 
-_ID = r"[a-zA-Z_][a-zA-Z0-9_\-]*"
-_INT_U = r"(?:0|[1-9](?:_?[0-9])*)"
+ID_PATTERN = r"[a-zA-Z_][a-zA-Z0-9_\-]*"
+INT_U = r"(?:0|[1-9](?:_?[0-9])*)"
 _DIGITS = r"[0-9](?:_?[0-9])*"
-_POINT_FLOAT = rf"(?:{_INT_U}?\.{_DIGITS}|{_INT_U}\.)"
+_POINT_FLOAT = rf"(?:{INT_U}?\.{_DIGITS}|{INT_U}\.)"
 _WS = r"[ \t]"
 _TOKEN_RULES = [
     (kind, re.compile(pattern))
@@ -65,30 +65,30 @@ _TOKEN_RULES = [
         ("EQUAL", rf"{_WS}*={_WS}*"),
         (
             "FLOAT",
-            rf"[+-]?(?:(?:{_POINT_FLOAT}|{_INT_U})[eE][+-]?{_DIGITS}|{_POINT_FLOAT}"
+            rf"[+-]?(?:(?:{_POINT_FLOAT}|{INT_U})[eE][+-]?{_DIGITS}|{_POINT_FLOAT}"
             r"|[Ii][Nn][Ff]|[Nn][Aa][Nn])",
         ),
-        ("INT", rf"[+-]?{_INT_U}"),
+        ("INT", rf"[+-]?{INT_U}"),
         ("BOOL", r"[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee]"),
         ("NULL", r"[Nn][Uu][Ll][Ll]"),
         ("UNQUOTED_CHAR", r"[/\-\\+.$%*@?|]"),
-        ("ID", _ID),
+        ("ID", ID_PATTERN),
         ("ESC", r"(?:\\[\\()\[\]{}:=, \t])+"),
         ("WS", rf"{_WS}+"),
         ("INTERPOLATION", r"\$\{[^}]+\}"),
     ]
 ]
-_PRIMITIVE_KINDS = frozenset(
+PRIMITIVE_KINDS = frozenset(
     {"ID", "NULL", "INT", "FLOAT", "BOOL", "INTERPOLATION", "UNQUOTED_CHAR", "COLON", "ESC", "WS"}
 )
 """Tokens that make up a primitive value (a run of them, trailing WS dropped)."""
-_DICT_KEY_KINDS = _PRIMITIVE_KINDS - {"INTERPOLATION", "COLON"}
+DICT_KEY_KINDS = PRIMITIVE_KINDS - {"INTERPOLATION", "COLON"}
 """Tokens that make up a dict key."""
 _SCALAR_KINDS = frozenset({"INT", "FLOAT", "BOOL", "NULL"})
 """Tokens that, alone in a primitive, read as a number, bool or null instead of a string."""
 
 
-class _Token(NamedTuple):
+class Token(NamedTuple):
     kind: str
     text: str
     pos: int
@@ -105,7 +105,7 @@ def _quoted_end(text: str, pos: int) -> int:
     return -1
 
 
-def _unquote(token: str) -> str:
+def unquote(token: str) -> str:
     """Hydra's un-escaping: only backslashes right before a quote (or the end) are halved."""
     quote = token[0]
     return re.sub(
@@ -115,29 +115,29 @@ def _unquote(token: str) -> str:
     )
 
 
-def _tokenize(text: str, pos: int) -> list[_Token]:
+def tokenize(text: str, pos: int) -> list[Token]:
     """Tokens of ``text[pos:]``, ending with an EOF token."""
-    tokens: list[_Token] = []
+    tokens: list[Token] = []
     while pos < len(text):
         if text[pos] in "'\"":
             end = _quoted_end(text, pos)
             if end < 0:
                 raise OverrideError("unterminated quoted string", text, pos)
-            tokens.append(_Token("QUOTED", text[pos:end], pos))
+            tokens.append(Token("QUOTED", text[pos:end], pos))
             pos = end
             continue
-        best: _Token | None = None
+        best: Token | None = None
         for kind, pattern in _TOKEN_RULES:
             match = pattern.match(text, pos)
             if match and (best is None or len(match[0]) > len(best.text)):
-                best = _Token(kind, match[0], pos)
+                best = Token(kind, match[0], pos)
         if best is None:
             raise OverrideError(
                 f"unexpected character {text[pos]!r} (quote values that contain it)", text, pos
             )
         tokens.append(best)
         pos += len(best.text)
-    tokens.append(_Token("EOF", "", len(text)))
+    tokens.append(Token("EOF", "", len(text)))
     return tokens
 
 
@@ -146,7 +146,7 @@ def _tokenize(text: str, pos: int) -> list[_Token]:
 # --------------------------------------------------------------------------- #
 
 _ESCAPED = re.compile(r"[\\()\[\]{}:=, \t]")
-_BARE_KINDS = _PRIMITIVE_KINDS - {"ESC"}  # an escape would be read back unescaped
+_BARE_KINDS = PRIMITIVE_KINDS - {"ESC"}  # an escape would be read back unescaped
 
 
 def _quote(text: str) -> str:
@@ -163,7 +163,7 @@ def _reads_as_string(text: str, kinds: frozenset[str]) -> bool:
     """Whether ``text`` lexes into tokens of ``kinds`` only, not ending in WS, that a primitive
     reads as a string: several tokens, or one that is not a number, bool or null."""
     try:
-        tokens = _tokenize(text, 0)[:-1]
+        tokens = tokenize(text, 0)[:-1]
     except OverrideError:
         return False
     return (
@@ -191,7 +191,7 @@ def _format_key(key: Any) -> str:
     if not isinstance(key, str):
         return format_value(key)
     escaped = _ESCAPED.sub(lambda m: "\\" + m[0], key)  # leaves no blank, so no WS token
-    if not _reads_as_string(escaped, _DICT_KEY_KINDS):
+    if not _reads_as_string(escaped, DICT_KEY_KINDS):
         raise ValueError(f"dict key {key!r} cannot be written in override syntax")
     return escaped
 

@@ -64,7 +64,7 @@ def lock(buffers: list[HostBuffer]) -> None:
     pieces = [b.tensor[i : i + _CHUNK] for b in todo for i in range(0, b.nbytes, _CHUNK)]
     with ThreadPoolExecutor(crc.threads(), thread_name_prefix="slurmkit-pin") as pool:
         list(pool.map(torch.Tensor.zero_, pieces))  # the page faults, in parallel
-        errors = list(pool.map(lambda b: b._register(device), todo))
+        errors = list(pool.map(lambda b: b._register(device), todo))  # noqa: SLF001  # its module's
     failed = [e for e in errors if e]
     if failed:
         warnings.warn(

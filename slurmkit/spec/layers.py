@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from ..core.profiles import PROFILES
-from ..core.values import Choice, Distribution, _tokenize
+from ..core.values import Choice, Distribution, tokenize
 from ..errors import SpecError, reject_unknown
 from ..overrides import Override, OverrideError, parse_override
 from . import yamldata
@@ -162,7 +162,7 @@ def parse_cli(text: str) -> Override:
 def _brackets(value: str) -> int:
     """How deep the brackets of an override's value nest (0 when it cannot be read)."""
     try:
-        tokens = _tokenize(value, 0)
+        tokens = tokenize(value, 0)
     except OverrideError:  # parse_override says why
         return 0
     depth = deepest = 0
