@@ -98,9 +98,6 @@ def _used(path: Path, names: set[str]) -> set[str]:
     return found & names
 
 
-# fnjob's, on their way out in this attempt supervisor (until then: no new ones)
-_FNJOB = {"_checkpoint", "_done", "_timeout_countdown", "_handle_signals"}
-
 
 def test_submitits_private_names_are_in_the_adapter_alone_and_its_docstring_lists_them():
     private = _submitit_private_names()
@@ -121,10 +118,7 @@ def test_submitits_private_names_are_in_the_adapter_alone_and_its_docstring_list
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.startswith("_")
         }
         used = _used(path, private) - own
-        if path.name == "fnjob.py":
-            assert used <= _FNJOB, used
-        else:
-            assert not used, (path, used)
+        assert not used, (path, used)
 
 
 def test_the_adapter_imports_nothing_above_it():

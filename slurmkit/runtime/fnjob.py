@@ -14,7 +14,7 @@ SIGTERM ask the task to stop. Task 0 checkpoints a ``submitit.helpers.Checkpoint
 The other tasks carry on, as submitit's own handler lets them, until srun stops them
 (``--kill-on-bad-exit``) when task 0 has exited.
 
-``supervise --config JSON -- ARGV...``, in the batch shell on the host (render._supervise
+``supervise --config JSON -- ARGV...``, in the batch shell on the host (render.supervised
 forwards the signals to it and runs ``scontrol requeue`` when it exits 75): JSON is the job
 contract (:class:`~slurmkit.core.jobcontract.JobContract`); it runs the step (ARGV:
 ``srun ...``) as a sweep's trial runs its command, on the attempt supervisor
