@@ -1,0 +1,106 @@
+"""The generic checks of the spec's keys, driven by :data:`.keys.KEY`: a value's kind, allowed
+values, pattern and bounds; a block's or map's being a mapping, and a block's unknown keys. Each
+error names the file and the key, with the table's words and hint."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import SpecError, reject_unknown
+from .keys import KEY, Key, names
+
+_TYPES = {"str": str, "int": int, "positive": int, "bool": bool, "word": str}
+_MAPPINGS = ("block", "map", "blocks")
+
+
+def error(path: str, value: Any, source: str, *, at: str | None = None) -> SpecError:
+    """The error of a value of the key ``path`` that its allowed values, pattern or bound
+    refuse (or, for a block or map, that is no mapping), named ``at`` (default: ``path``)."""
+    key = KEY[path]
+    text = key.mismatch or (
+        ("must be a list" if key.kind == "blocks" else "must be a mapping")
+        + (f" of {key.what}" if key.what else "")
+        if key.kind in _MAPPINGS
+        else "{value!r} is not allowed"
+    )
+    hint = key.example if key.kind in _MAPPINGS else key.hint
+    if hint is None and key.kind == "block":
+        hint = "allowed keys: {allowed}"
+    fill = {
+        "value": value,
+        "type": type(value).__name__,
+        "allowed": ", ".join(key.choices or names(path)),
+        "maximum": key.maximum,
+    }
+    hint = hint and _fill(hint, fill)
+    return SpecError(_fill(text, fill), file=source, key=at or path, hint=hint)
+
+
+def _fill(text: str, fill: dict[str, Any]) -> str:
+    """``text`` with ``{value!r}``, ``{type}``, ``{allowed}``, ``{maximum:,}`` filled in; other
+    braces (``{image: ...}`` in an example) stay as written."""
+    return re.sub(
+        r"\{(value|type|allowed|maximum)(!r)?(:,)?\}",
+        lambda m: format(fill[m[1]], m[3][1:] if m[3] else "") if not m[2] else repr(fill[m[1]]),
+        text,
+    )
+
+
+def typed(block: Mapping[str, Any], path: str, source: str, **kw: Any) -> Any:
+    """The value of the key ``path`` in ``block`` (the mapping that holds it), or its default
+    (also for null); SpecError when it is not of the key's kind. ``at``: the error's key
+    (default: ``path``); ``default``: instead of the table's."""
+    key = KEY[path]
+    default = kw.get("default", key.default)
+    value = block.get(key.name, default)
+    if key.required and (not isinstance(value, str) or not value):
+        raise error(path, value, source, at=kw.get("at"))
+    if value is None:
+        return default
+    if key.kind == "word" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # --switches=COUNT
+    elif key.kind == "text":
+        value = str(value)
+    kind = _TYPES.get(key.kind)
+    if kind and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise SpecError(
+            f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
+            file=source,
+            key=kw.get("at") or path,
+        )
+    if key.kind == "positive" and value < 1:
+        raise SpecError(f"must be at least 1, got {value}", file=source, key=kw.get("at") or path)
+    return value
+
+
+def read(block: Mapping[str, Any], path: str, source: str, **kw: Any) -> Any:
+    """:func:`typed`, then the key's allowed values, pattern and maximum."""
+    found = typed(block, path, source, **kw)
+    if found is not None and not fits(KEY[path], found):
+        raise error(path, found, source, at=kw.get("at"))
+    return found
+
+
+def fits(key: Key, value: Any) -> bool:
+    """Whether ``value`` (of the key's kind) is one the key allows."""
+    if key.choices and value not in key.choices:
+        return False
+    if key.pattern and not re.fullmatch(key.pattern, str(value)):
+        return False
+    return key.maximum is None or value <= key.maximum
+
+
+def mapping(block: Mapping[str, Any], path: str, source: str) -> Mapping[Any, Any]:
+    """The mapping at ``path`` in ``block`` (``{}`` when not given); the error of one that is
+    not a mapping. A block's keys are checked too (unknown key: did you mean ...?)."""
+    key = KEY[path]
+    raw = block.get(key.name)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise error(path, raw, source)
+    if key.kind == "block":
+        reject_unknown(raw, names(path), file=source, prefix=f"{path}.")
+    return raw
