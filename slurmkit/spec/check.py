@@ -13,6 +13,7 @@ from .keys import KEY, Key, names
 
 _TYPES = {"str": str, "int": int, "positive": int, "bool": bool, "word": str}
 _MAPPINGS = ("block", "map", "blocks")
+_PATTERNS: dict[str, re.Pattern[str]] = {}  # the table's patterns, compiled when first used
 
 
 def error(path: str, value: Any, source: str, *, at: str | None = None) -> SpecError:
@@ -48,15 +49,18 @@ def _fill(text: str, fill: dict[str, Any]) -> str:
     )
 
 
-def typed(block: Mapping[str, Any], path: str, source: str, **kw: Any) -> Any:
+def typed(
+    block: Mapping[str, Any], path: str, source: str, *, at: str | None = None, default: Any = KEY
+) -> Any:
     """The value of the key ``path`` in ``block`` (the mapping that holds it), or its default
-    (also for null); SpecError when it is not of the key's kind. ``at``: the error's key
-    (default: ``path``); ``default``: instead of the table's."""
+    (also for null; ``default``: instead of the table's); SpecError when it is not of the key's
+    kind, naming ``at`` (default: ``path``)."""
     key = KEY[path]
-    default = kw.get("default", key.default)
+    if default is KEY:
+        default = key.default
     value = block.get(key.name, default)
     if key.required and (not isinstance(value, str) or not value):
-        raise error(path, value, source, at=kw.get("at"))
+        raise error(path, value, source, at=at)
     if value is None:
         return default
     if key.kind == "word" and isinstance(value, int) and not isinstance(value, bool):
@@ -68,18 +72,20 @@ def typed(block: Mapping[str, Any], path: str, source: str, **kw: Any) -> Any:
         raise SpecError(
             f"expected {kind.__name__}, got {type(value).__name__} {value!r}",
             file=source,
-            key=kw.get("at") or path,
+            key=at or path,
         )
     if key.kind == "positive" and value < 1:
-        raise SpecError(f"must be at least 1, got {value}", file=source, key=kw.get("at") or path)
+        raise SpecError(f"must be at least 1, got {value}", file=source, key=at or path)
     return value
 
 
-def read(block: Mapping[str, Any], path: str, source: str, **kw: Any) -> Any:
+def read(
+    block: Mapping[str, Any], path: str, source: str, *, at: str | None = None, default: Any = KEY
+) -> Any:
     """:func:`typed`, then the key's allowed values, pattern and maximum."""
-    found = typed(block, path, source, **kw)
+    found = typed(block, path, source, at=at, default=default)
     if found is not None and not fits(KEY[path], found):
-        raise error(path, found, source, at=kw.get("at"))
+        raise error(path, found, source, at=at)
     return found
 
 
@@ -87,8 +93,12 @@ def fits(key: Key, value: Any) -> bool:
     """Whether ``value`` (of the key's kind) is one the key allows."""
     if key.choices and value not in key.choices:
         return False
-    if key.pattern and not re.fullmatch(key.pattern, str(value)):
-        return False
+    if key.pattern:
+        pattern = _PATTERNS.get(key.pattern) or _PATTERNS.setdefault(
+            key.pattern, re.compile(key.pattern)
+        )
+        if not pattern.fullmatch(str(value)):
+            return False
     return key.maximum is None or value <= key.maximum
 
 

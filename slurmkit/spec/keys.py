@@ -31,11 +31,10 @@ from ..overrides import MAX_SWEEP_SIZE
 #   map                     names to values (``env``) of the kind ``items``; ``pattern`` is the
 #                           names' (``choices``: the names allowed)
 #   list                    a list of ``items`` (``container.mounts``); ``pattern`` is theirs
+#   alias                   another name of the key ``alias`` (``cpus_per_task`` is ``cpus``)
 # and, as ``items`` only: scalar (a string, integer or boolean), option (a string, number or
 # boolean), paths (a path or a list of them), count (an integer >= 0, or null), label (a
 # string or integer), mount (``SRC[:DST[:FLAGS]]`` or ``{src, dst, flags}``).
-#   alias                   another name of the key ``alias`` (``cpus_per_task`` is ``cpus``)
-NOT_SET = None
 SLURM_WORD = r"^[A-Za-z0-9_.,:|&!*()\[\]+=@/-]+$"  # what goes into #SBATCH / srun unquoted
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ARG_STYLES = ("hydra", "argparse", "none")
@@ -70,7 +69,7 @@ class Key:
     path: str
     kind: str
     help: str
-    default: Any = NOT_SET
+    default: Any = None  # None: not given (what a YAML null also says)
     shown: str | None = None  # the default as the README shows it, where it is computed
     required: bool = False
     choices: tuple[str, ...] = ()
@@ -534,4 +533,16 @@ def below(path: str) -> tuple[Key, ...]:
 
 def names(path: str) -> tuple[str, ...]:
     """The names of the keys allowed in the block at ``path``."""
-    return tuple(k.name for k in below(path))
+    return _NAMES.get(path, ())
+
+
+def _by_block() -> dict[str, tuple[str, ...]]:
+    """Each block's path (``""``: the top level) -> its keys' names, in table order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for key in KEYS:
+        block = key.path.rpartition(".")[0]
+        out[block] = (*out.get(block, ()), key.name)
+    return out
+
+
+_NAMES = _by_block()

@@ -23,13 +23,17 @@ BEGIN = "<!-- spec keys: generated from slurmkit/spec/keys.py by `make readme-ke
 END = "<!-- end of spec keys -->"
 _LATER = {"$ref": "#/definitions/interpolation"}
 _STRINGS = {"type": "array", "items": {"type": "string"}}
+# Booleans to the spec loader (YAML 1.1), strings to an editor that reads YAML 1.2.
+_YAML11_BOOLS = [
+    w for word in ("yes", "no", "on", "off") for w in (word, word.title(), word.upper())
+]
 
 # Each kind: its words in the README, and its JSON Schema (None: built from the key).
 KINDS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "str": ("string", {"type": "string"}),
     "int": ("integer", {"type": "integer"}),
     "positive": ("integer ≥ 1", {"type": "integer", "minimum": 1}),
-    "bool": ("true/false", {"type": "boolean"}),
+    "bool": ("true/false", {"anyOf": [{"type": "boolean"}, {"enum": _YAML11_BOOLS}]}),
     "choice": ("one of", {}),
     "word": ("string or integer", {"type": ["string", "integer"]}),
     "text": ("string or integer", {"type": ["string", "integer"], "minimum": 0}),
