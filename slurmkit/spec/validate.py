@@ -111,25 +111,7 @@ def validate(
     name = read(data, "name", source, default=os.path.splitext(os.path.basename(source))[0])
     command = _command(data.get("command"), source)
     args = read(data, "args", source)
-    params: dict[str, Domain] = data.get("params") or {}
-    if not params and not job:
-        raise SpecError(
-            "empty search space: no parameters",
-            file=source,
-            key="params",
-            hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}",
-        )
-    for key, dom in params.items():
-        if isinstance(dom, Choice) and not dom.values:
-            raise SpecError("empty search space: no values", file=source, key=f"params.{key}")
-    num_samples = read(data, "num_samples", source)
-    if num_samples > 1 and not any(isinstance(d, Distribution) for d in params.values()):
-        raise SpecError(
-            "num_samples > 1 needs a random parameter",
-            file=source,
-            key="num_samples",
-            hint="use uniform(a,b), loguniform(a,b) or randint(a,b) in params",
-        )
+    params, num_samples = _search(data, source, job)
     seed = read(data, "seed", source)
     max_parallel = read(data, "max_parallel", source)
     output_root = read(data, "output_root", source)
@@ -187,6 +169,31 @@ def validate(
         data=_data(data, source),
         labels=_labels(data, resources, source),
     )
+
+
+def _search(data: Mapping[str, Any], source: str, job: bool) -> tuple[dict[str, Domain], int]:
+    """``params`` (a space already: :func:`param_space`) and ``num_samples``, which must draw
+    from a random parameter."""
+    params: dict[str, Domain] = data.get("params") or {}
+    if not params and not job:
+        raise SpecError(
+            "empty search space: no parameters",
+            file=source,
+            key="params",
+            hint="add at least one parameter, e.g. params: {lr: [0.1, 0.01]}",
+        )
+    for key, dom in params.items():
+        if isinstance(dom, Choice) and not dom.values:
+            raise SpecError("empty search space: no values", file=source, key=f"params.{key}")
+    num_samples = read(data, "num_samples", source)
+    if num_samples > 1 and not any(isinstance(d, Distribution) for d in params.values()):
+        raise SpecError(
+            "num_samples > 1 needs a random parameter",
+            file=source,
+            key="num_samples",
+            hint="use uniform(a,b), loguniform(a,b) or randint(a,b) in params",
+        )
+    return params, num_samples
 
 
 def _torchrun(data: Mapping[str, Any], launcher: Any, source: str) -> dict[str, int]:
