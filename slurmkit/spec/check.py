@@ -49,20 +49,29 @@ def _fill(text: str, fill: dict[str, Any]) -> str:
     )
 
 
-def typed(
-    block: Mapping[str, Any], path: str, source: str, *, at: str | None = None, default: Any = KEY
+def read(
+    block: Mapping[str, Any],
+    path: str,
+    source: str,
+    *,
+    at: str | None = None,
+    default: Any = KEY,
+    rules: bool = True,
 ) -> Any:
     """The value of the key ``path`` in ``block`` (the mapping that holds it), or its default
-    (also for null; ``default``: instead of the table's); SpecError when it is not of the key's
-    kind, naming ``at`` (default: ``path``)."""
+    (also for null; ``default``: instead of the table's); SpecError, naming ``at`` (default:
+    ``path``), when it is not of the key's kind or (``rules``) not one of its allowed values,
+    or fails its pattern or maximum."""
     key = KEY[path]
-    if default is KEY:
-        default = key.default
-    value = block.get(key.name, default)
+    value: Any = block.get(key.name)
+    if value is None:
+        value = key.default if default is KEY else default
+        if value is None or default is KEY:  # the table's defaults are allowed as they are
+            if key.required:
+                raise error(path, value, source, at=at)
+            return value
     if key.required and (not isinstance(value, str) or not value):
         raise error(path, value, source, at=at)
-    if value is None:
-        return default
     if key.kind == "word" and isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # --switches=COUNT
     elif key.kind == "text":
@@ -76,17 +85,17 @@ def typed(
         )
     if key.kind == "positive" and value < 1:
         raise SpecError(f"must be at least 1, got {value}", file=source, key=at or path)
+    if rules and not fits(key, value):
+        raise error(path, value, source, at=at)
     return value
 
 
-def read(
+def typed(
     block: Mapping[str, Any], path: str, source: str, *, at: str | None = None, default: Any = KEY
 ) -> Any:
-    """:func:`typed`, then the key's allowed values, pattern and maximum."""
-    found = typed(block, path, source, at=at, default=default)
-    if found is not None and not fits(KEY[path], found):
-        raise error(path, found, source, at=at)
-    return found
+    """:func:`read` without the key's allowed values, pattern and maximum (its caller checks
+    them otherwise: ``requeue.signal`` in any case, ``profile`` in :mod:`.layers`)."""
+    return read(block, path, source, at=at, default=default, rules=False)
 
 
 def fits(key: Key, value: Any) -> bool:

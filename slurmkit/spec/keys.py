@@ -11,6 +11,7 @@ Stdlib only (and core's and the override parser's constants): every submit impor
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from ..core.contract import SIGNALS
@@ -86,7 +87,7 @@ class Key:
     checked: str | None = None
     falsy: bool = False  # any false value (false, 0, '', [], {}) counts as not given
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The key's own name (the last part of its path)."""
         return self.path.rpartition(".")[2]
