@@ -1,42 +1,49 @@
 """The generic checks of the spec's keys, driven by :data:`.keys.KEY`: a value's kind, allowed
-values, pattern and bounds; a block's or map's being a mapping, and a block's unknown keys. Each
-error names the file and the key, with the table's words and hint."""
+values, pattern and bounds; a block's or map's being a mapping, a block's unknown keys, a map's
+names. Each error names the file and the key, with the table's words and hint."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import SpecError, reject_unknown
 from .keys import KEY, Key, names
 
 _TYPES = {"str": str, "int": int, "positive": int, "bool": bool, "word": str}
-_MAPPINGS = ("block", "map", "blocks")
 _PATTERNS: dict[str, re.Pattern[str]] = {}  # the table's patterns, compiled when first used
 
 
 def error(path: str, value: Any, source: str, *, at: str | None = None) -> SpecError:
-    """The error of a value of the key ``path`` that its allowed values, pattern or bound
-    refuse (or, for a block or map, that is no mapping), named ``at`` (default: ``path``)."""
+    """The error of a value of the key ``path`` (for a map: a name in it) that its allowed
+    values, pattern or bound refuse, named ``at`` (default: ``path``)."""
     key = KEY[path]
-    text = key.mismatch or (
-        ("must be a list" if key.kind == "blocks" else "must be a mapping")
-        + (f" of {key.what}" if key.what else "")
-        if key.kind in _MAPPINGS
-        else "{value!r} is not allowed"
+    return _error(key, key.mismatch or "{value!r} is not allowed", key.hint, value, source, at)
+
+
+def misshapen(path: str, value: Any, source: str) -> SpecError:
+    """The error of a block or map that is no mapping (of ``blocks``: no list)."""
+    key = KEY[path]
+    text = key.mismatch if key.kind == "block" and key.mismatch else None
+    text = text or ("must be a list" if key.kind == "blocks" else "must be a mapping") + (
+        f" of {key.what}" if key.what else ""
     )
-    hint = key.example if key.kind in _MAPPINGS else key.hint
-    if hint is None and key.kind == "block":
-        hint = "allowed keys: {allowed}"
+    hint = key.example or ("allowed keys: {allowed}" if key.kind == "block" else None)
+    return _error(key, text, hint, value, source, None)
+
+
+def _error(
+    key: Key, text: str, hint: str | None, value: Any, source: str, at: str | None
+) -> SpecError:
     fill = {
         "value": value,
         "type": type(value).__name__,
-        "allowed": ", ".join(key.choices or names(path)),
+        "allowed": ", ".join(key.choices or names(key.path)),
         "maximum": key.maximum,
     }
     hint = hint and _fill(hint, fill)
-    return SpecError(_fill(text, fill), file=source, key=at or path, hint=hint)
+    return SpecError(_fill(text, fill), file=source, key=at or key.path, hint=hint)
 
 
 def _fill(text: str, fill: dict[str, Any]) -> str:
@@ -112,14 +119,26 @@ def fits(key: Key, value: Any) -> bool:
 
 
 def mapping(block: Mapping[str, Any], path: str, source: str) -> Mapping[Any, Any]:
-    """The mapping at ``path`` in ``block`` (``{}`` when not given); the error of one that is
-    not a mapping. A block's keys are checked too (unknown key: did you mean ...?)."""
+    """The mapping at ``path`` in ``block`` (``{}`` when not given, or false for a ``falsy``
+    key); the error of one that is not a mapping. A block's keys are checked too (unknown key:
+    did you mean ...?)."""
     key = KEY[path]
     raw = block.get(key.name)
-    if raw is None:
+    if raw is None or (key.falsy and not raw):
         return {}
     if not isinstance(raw, Mapping):
-        raise error(path, raw, source)
+        raise misshapen(path, raw, source)
     if key.kind == "block":
         reject_unknown(raw, names(path), file=source, prefix=f"{path}.")
     return raw
+
+
+def entries(block: Mapping[str, Any], path: str, source: str) -> Iterator[tuple[str, Any, str]]:
+    """Each name, value and dotted key of the map at ``path`` in ``block``; the error of a name
+    that is not one the map allows (its ``pattern`` or ``choices``)."""
+    key = KEY[path]
+    for name, value in mapping(block, path, source).items():
+        where = f"{path}.{name}"
+        if not isinstance(name, str) or not fits(key, name):
+            raise error(path, name, source, at=where)
+        yield name, value, where

@@ -58,14 +58,14 @@ BUDGETS = {"preemption": None, "timeout": 3, "node_failure": 3, "container": 0, 
 @record
 class Key:
     """One spec key. ``path`` is dotted (an item of a ``blocks`` list has its list's path:
-    ``data.src``); ``mismatch`` and ``hint`` word the error of a value that fails ``choices``,
-    ``pattern`` or ``maximum``, or (a block, a map) that is no mapping (``{value!r}``,
-    ``{type}``, ``{allowed}``, ``{maximum:,}`` filled in; by default ``... is not allowed``,
-    ``must be a mapping of WHAT``); ``example`` is a block's or map's hint when it is no mapping
-    (a block's default: its allowed keys). ``config``: the user config may set it too;
-    ``resumable``: ``sweep --resume DIR KEY=VALUE`` may change it; ``checked``: the function
-    that checks the value when the generic checks do not (the table still describes it);
-    ``falsy``: that function takes any false value for "not given", as it always has."""
+    ``data.src``); ``mismatch`` and ``hint`` word the error of a value (of a map: a name)
+    that fails ``choices``, ``pattern`` or ``maximum`` (``{value!r}``, ``{type}``,
+    ``{allowed}``, ``{maximum:,}`` filled in; by default ``... is not allowed``); a block or map
+    that is no mapping is ``must be a mapping of WHAT`` (a block's ``mismatch`` if it has one)
+    with ``example`` as its hint (a block's default: its allowed keys). ``config``: the user
+    config may set it too; ``resumable``: ``sweep --resume DIR KEY=VALUE`` may change it;
+    ``checked``: the function that checks the value when the generic checks do not (the table
+    still describes it); ``falsy``: any false value is "not given", as it always was there."""
 
     path: str
     kind: str
@@ -107,6 +107,7 @@ def _word(path: str, help: str, kind: str = "str", *, srun: bool = False) -> Key
 
 
 _ALLOWED = "allowed values: {allowed}"
+_NOT_ENV = "not a valid environment variable name"
 _REQUIRED = "required: a string, got {value!r}"
 _SRC_DST = "src: s3://bucket/ds (or gs://, https://, a path); dst: /mnt/data/ds"
 _TOKENS = ", ".join(f"%{t} ({what})" for t, what in LOG_TOKENS.items())
@@ -200,9 +201,10 @@ KEYS: tuple[Key, ...] = (
         "resources.extra",
         "map",
         "any other sbatch option: `{comment: x}` (`--comment=x`; `true` renders a flag)",
-        pattern=r"^-{0,2}[a-z][a-z0-9-]*$",
+        pattern=r"^-*[a-z][a-z0-9-]*$",
         what="sbatch option names to values",
         items="option",
+        mismatch="not an sbatch long option name",
         example="extra: {exclusive: true, comment: run42}",
         checked="validate._extra",
     ),
@@ -246,6 +248,7 @@ KEYS: tuple[Key, ...] = (
         what="variable names to values",
         config=True,
         items="scalar",
+        mismatch=_NOT_ENV,
         resumable=True,
         checked="validate._env",
     ),
@@ -259,6 +262,7 @@ KEYS: tuple[Key, ...] = (
         pattern=ENV_NAME,
         what="variable names to paths",
         items="paths",
+        mismatch=_NOT_ENV,
         example="env_prepend: {LD_LIBRARY_PATH: /opt/hpcx/lib} (or a list of paths)",
         resumable=True,
         checked="validate._env_paths",
@@ -270,6 +274,7 @@ KEYS: tuple[Key, ...] = (
         pattern=ENV_NAME,
         what="variable names to paths",
         items="paths",
+        mismatch=_NOT_ENV,
         example="env_append: {LD_LIBRARY_PATH: /opt/hpcx/lib} (or a list of paths)",
         resumable=True,
         checked="validate._env_paths",
@@ -286,6 +291,7 @@ KEYS: tuple[Key, ...] = (
         pattern=ENV_NAME,
         what="variable names to values",
         items="str",
+        mismatch=_NOT_ENV,
         example="env_runtime: {TMPDIR: '/scratch/{job_id}'}",
         resumable=True,
         checked="validate._env_runtime",
@@ -323,6 +329,8 @@ KEYS: tuple[Key, ...] = (
         choices=CAUSES,
         what="cause to count",
         items="count",
+        mismatch="unknown cause {value!r}",
+        hint="allowed causes: {allowed}",
         example="causes: {allowed}; null = unlimited",
         checked="validate._requeue",
         falsy=True,
@@ -517,6 +525,8 @@ KEYS: tuple[Key, ...] = (
         pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
         what="label names to texts",
         items="label",
+        mismatch="not a label name",
+        hint="letters, digits and '_', not starting with a digit (at most 63)",
         example="labels: {team: nlp, project: llm}",
         checked="validate._labels",
     ),

@@ -26,10 +26,9 @@ from ..core.contract import SIGNALS
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import parse_value
-from .check import error, fits, mapping, read, typed
-from .keys import ENV_NAME, KEY, KEYS, SLURM_WORD
+from .check import entries, error, fits, mapping, misshapen, read, typed
+from .keys import KEY, KEYS, SLURM_WORD
 from .model import (
-    CAUSES,
     DATA_KEYS,
     SRUN_OPTIONS,
     TOP_KEYS,
@@ -42,7 +41,6 @@ from .model import (
 )
 
 ALIASES = {k.name: k.alias for k in KEYS if k.alias}  # resources keys: alias -> key
-_OPTION = re.compile(r"^[a-z][a-z0-9-]*$")  # an sbatch long option, without its dashes
 # Options slurmkit renders itself: setting them through `extra` would break the sweep.
 _RESERVED = {"array", "output", "error", "open-mode", "job-name", "parsable", "wrap", "chdir"}
 
@@ -218,15 +216,7 @@ def _labels(data: Mapping[str, Any], resources: Resources, source: str) -> dict[
     then carry the job comment ``slurmkit:SWEEP_DIR`` (so no comment of the spec's own)."""
     hint = KEY["labels"].example
     out: dict[str, str] = {}
-    for name, text in mapping(data, "labels", source).items():
-        where = f"labels.{name}"
-        if not isinstance(name, str) or not fits(KEY["labels"], name):
-            raise SpecError(
-                "not a label name",
-                file=source,
-                key=where,
-                hint="letters, digits and '_', not starting with a digit (at most 63)",
-            )
+    for name, text, where in entries(data, "labels", source):
         if isinstance(text, (bool, float)) or not isinstance(text, (str, int)):
             raise SpecError(f"must be a text, got {text!r}", file=source, key=where, hint=hint)
         out[name] = str(text)
@@ -250,7 +240,7 @@ def _data(data: Mapping[str, Any], source: str) -> tuple[DataEntry, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise error("data", raw, source)
+        raise misshapen("data", raw, source)
     entries = [_data_entry(item, source, f"data.{i}.") for i, item in enumerate(raw)]
     for key, what in (("name", "env name"), ("dst", "destination")):
         seen: dict[str, int] = {}
@@ -391,10 +381,7 @@ def _command(raw: Any, source: str) -> tuple[str, ...]:
 def _env_paths(data: Mapping[str, Any], key: str, source: str) -> dict[str, str]:
     """``env_prepend``/``env_append``: variable -> a path or a list of paths (joined with ':')."""
     out: dict[str, str] = {}
-    for name, found in mapping(data, key, source).items():
-        where = f"{key}.{name}"
-        if not isinstance(name, str) or not fits(KEY[key], name):
-            raise SpecError("not a valid environment variable name", file=source, key=where)
+    for name, found, where in entries(data, key, source):
         parts = found if isinstance(found, list) else [found]
         if not parts or not all(isinstance(p, str) and p for p in parts):
             raise SpecError(
@@ -414,10 +401,7 @@ def _env_runtime(data: Mapping[str, Any], source: str) -> dict[str, str]:
     from ..core import placeholders
 
     out: dict[str, str] = {}
-    for name, found in mapping(data, "env_runtime", source).items():
-        where = f"env_runtime.{name}"
-        if not isinstance(name, str) or not fits(KEY["env_runtime"], name):
-            raise SpecError("not a valid environment variable name", file=source, key=where)
+    for name, found, where in entries(data, "env_runtime", source):
         if not isinstance(found, str):
             raise SpecError(f"must be a string, got {found!r}", file=source, key=where)
         why = placeholders.problem(found)
@@ -437,8 +421,8 @@ def _env(data: Mapping[str, Any], source: str) -> dict[str, str]:
     given: dict[str, Any] = {}  # each name's key in raw: true and 'True' both name True
     for key, found in mapping(data, "env", source).items():
         name = str(key)
-        if not re.fullmatch(ENV_NAME, name):
-            raise SpecError("not a valid environment variable name", file=source, key=f"env.{key}")
+        if not fits(KEY["env"], name):
+            raise error("env", key, source, at=f"env.{key}")
         if name in given:
             raise SpecError(
                 f"the keys {given[name]!r} and {key!r} both name {name}",
@@ -528,8 +512,8 @@ def _extra(raw: Mapping[str, Any], source: str) -> dict[str, str | int | bool]:
     for written, found in mapping(raw, "resources.extra", source).items():
         key = str(written).lstrip("-")
         full = f"resources.extra.{key}"
-        if not _OPTION.match(key):
-            raise SpecError("not an sbatch long option name", file=source, key=full)
+        if not fits(KEY["resources.extra"], str(written)):
+            raise error("resources.extra", key, source, at=full)
         if key in _RESERVED:
             raise SpecError("slurmkit sets this option itself", file=source, key=full)
         if key in given:
@@ -572,24 +556,10 @@ def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
             hint="the signal must come before the limit",
         )
     budgets = dict(Requeue().budgets)
-    given = raw.get("budgets") or {}
-    if not isinstance(given, Mapping):
-        raise error("requeue.budgets", given, source)
-    for cause, count in given.items():
-        if cause not in CAUSES:
-            raise SpecError(
-                f"unknown cause {cause!r}",
-                file=source,
-                key=f"requeue.budgets.{cause}",
-                hint=f"allowed causes: {', '.join(CAUSES)}",
-            )
+    for cause, count, where in entries(raw, "requeue.budgets", source):
         if count is not None and (
             isinstance(count, bool) or not isinstance(count, int) or count < 0
         ):
-            raise SpecError(
-                f"expected a count >= 0 or null, got {count!r}",
-                file=source,
-                key=f"requeue.budgets.{cause}",
-            )
+            raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source, key=where)
         budgets[cause] = count
     return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)
