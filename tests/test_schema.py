@@ -63,6 +63,14 @@ def test_the_schema_is_draft_07_and_what_the_command_prints():
         assert json.loads(proc.stdout) == schema.json_schema(config=bool(extra))
 
 
+def test_the_user_config_schema_has_the_config_keys_only():
+    from slurmkit.spec.layers import CONFIG_KEYS
+
+    assert sorted(schema.json_schema(config=True)["properties"]) == sorted(CONFIG_KEYS)
+    assert _errors(CONFIG, {"report": {"gpu_hour": 2.5}, "container": {"mount_home": True}}) == []
+    assert _errors(CONFIG, {"command": "x"})  # a spec key the user config may not set
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_spec_file_of_the_repository_fits(path):
     _loads_and_fits(path)

@@ -88,7 +88,9 @@ def json_schema(config: bool = False) -> dict[str, Any]:
     schema: dict[str, Any] = {
         "$schema": DRAFT,
         "title": "slurmkit user config" if config else "slurmkit spec",
-        "description": "slurmkit sweep and job specs: `slurmkit schema --help`",
+        "description": "~/.config/slurmkit/config.yaml: defaults under every spec"
+        if config
+        else "slurmkit sweep and job specs: `slurmkit schema --help`",
         **_object(keys),
         "definitions": {
             "interpolation": {
