@@ -4,11 +4,13 @@ refuses known mistakes; the README's key reference is the table's; the table is 
 
 from __future__ import annotations
 
+import ast
 import copy
 import importlib
 import json
 import re
 import subprocess
+import textwrap
 from pathlib import Path
 
 import jsonschema
@@ -78,6 +80,33 @@ def test_every_spec_file_of_the_repository_fits(path):
 
 def test_the_files_are_found():
     assert len(FILES) >= 10 and len(BLOCKS) >= 5
+
+
+def _test_specs() -> list[str]:
+    """The YAML texts in the test modules that look like specs (a ``command:`` line)."""
+    texts = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and re.search(r"^\s*command:", text, re.M):
+                texts.append(textwrap.dedent(text))
+    return texts
+
+
+@pytest.mark.slow  # its fast twin: test_spec_examples_fit
+def test_every_spec_the_tests_write_that_loads_fits(tmp_path):
+    """Each spec text of the test modules (bad input too) that loads: the schema accepts it."""
+    loaded = 0
+    for i, text in enumerate(_test_specs()):
+        path = tmp_path / f"s{i}.yaml"
+        path.write_text(text)
+        try:
+            spec_mod.load(str(path), job=True)
+        except SpecError:
+            continue
+        loaded += 1
+        assert _errors(SPEC, yamldata.read(str(path))) == [], text
+    assert loaded > 50
 
 
 @pytest.mark.parametrize("body", [GOOD, JOB, LATER], ids=["good", "job", "interpolations"])
