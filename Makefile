@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?=
 
 .PHONY: install demo lint test unit test-latest cluster-up cluster-down s3-up s3-down bench sbatch \
-	clean
+	readme-keys clean
 
 # The venv, with slurmkit editable and pinned dev + CPU torch (torch==2.13.0, from constraints.txt).
 # Editable in compat mode (a plain .pth path: no import hook run at every interpreter start), and
@@ -85,6 +85,10 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/checkpoint.py
 	$(PY) bench/checkpoint.py --loop
+
+# Regenerate README.md's spec key reference from the table (slurmkit/spec/keys.py).
+readme-keys: install
+	$(PY) -m slurmkit.spec.schema --readme README.md
 
 # Regenerate the ready-to-submit scripts under sbatch/ from sweeps/*.yaml.
 sbatch: install

@@ -55,6 +55,8 @@ _LATER = {
     "report": "Where the time and money of sweeps went: queue delay, run time, attempts and why "
     "they ended, GPU-hours useful and lost, failure rate and cost per successful trial; from "
     "ONE accounting query (sacct) joined with the sweep directories.",
+    "schema": "Print the JSON Schema of a spec (draft-07), for editors: completion, hover help "
+    "and checks as you type, from the same table of keys that `sweep` checks with.",
     "stage": "Copy a dataset from SRC (s3://, gs://, https://, a path) to DST on the shared "
     "filesystem, once: resumable, published whole with a manifest, one copier among many.",
     "unlock": "Break the lock of a sweep directory whose holder is gone.",

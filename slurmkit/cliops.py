@@ -1,6 +1,7 @@
 """The operating commands: ``image``, ``stage``, ``doctor``, ``preflight``, ``report``,
-``unlock`` and ``completion``. Loaded only when one of them runs (or is completed): ``slurmkit
---help`` and the everyday commands in :mod:`slurmkit.cli` do without their ~50 options.
+``unlock``, ``schema`` and ``completion``. Loaded only when one of them runs (or is completed):
+``slurmkit --help`` and the everyday commands in :mod:`slurmkit.cli` do without their ~50
+options.
 """
 
 from __future__ import annotations
@@ -382,6 +383,33 @@ def unlock(sweep_dir: str, as_json: bool) -> None:
         else:  # a damaged lock file names nobody
             text = "unlocked: its lock file was damaged (it named no holder)"
         click.echo(text)
+
+
+@click.command()
+@click.option(
+    "--config",
+    is_flag=True,
+    help="The user config's schema (~/.config/slurmkit/config.yaml) instead.",
+)
+def schema(config: bool) -> None:
+    """Print the JSON Schema of a spec (draft-07), for editors: completion, hover help and
+    checks as you type, from the same table of keys that `sweep` checks with.
+
+    The schema accepts every spec that loads (a value may be a ${...} interpolation); some
+    mistakes only `slurmkit sweep SPEC --dry-run` finds (values checked against each other).
+
+    \b
+    Example:
+      slurmkit schema > slurmkit.schema.json
+      # then the first line of a spec (VS Code's YAML extension, any yaml-language-server;
+      # the path is relative to the spec):
+      # yaml-language-server: $schema=slurmkit.schema.json
+    """
+    import json
+
+    from .spec.schema import json_schema  # the table of keys, as JSON Schema
+
+    click.echo(json.dumps(json_schema(config=config), indent=2))
 
 
 @click.command()

@@ -1,7 +1,9 @@
 """Sweep and job specs: YAML file + Hydra-style overrides -> validated dataclasses.
 
 :mod:`.layers` merges a spec's layers (profile < user config < file < overrides), :mod:`.validate`
-checks the result into the dataclasses of :mod:`.model`. An error in the result names the layer
+checks the result into the dataclasses of :mod:`.model`, with each key's kind, default and
+allowed values from the table of :mod:`.keys` (checked by :mod:`.check`; :mod:`.schema` turns the
+table into JSON Schema and the README's key reference). An error in the result names the layer
 that set the value at its key (:func:`.layers.owner`); a resumed sweep's, the command line unless
 ``sweep.json`` alone is invalid.
 """

@@ -24,12 +24,14 @@ from ..core.values import Choice, Distribution, tokenize
 from ..errors import SpecError, reject_unknown
 from ..overrides import Override, OverrideError, parse_override
 from . import yamldata
+from .keys import KEYS
 from .model import CLI, TOP_KEYS
 from .validate import ALIASES, canonical
 
-CONFIG_KEYS = ("resources", "output_root", "container", "profile", "env", "requeue", "report")
-_MAPPINGS = ("resources", "container", "env", "requeue", "report")  # keys of mappings
 SECTIONS = ("report",)  # user-config sections that are no spec keys: never merged into specs
+# The user config's keys: the spec keys it may set (keys.Key.config), and its sections.
+CONFIG_KEYS = (*(k.path for k in KEYS if k.config), *SECTIONS)
+_MAPPINGS = (*(k.path for k in KEYS if k.config and k.kind in ("block", "map")), *SECTIONS)
 _OPENERS = ("BRACKET_OPEN", "BRACE_OPEN", "POPEN")
 _CLOSERS = ("BRACKET_CLOSE", "BRACE_CLOSE", "PCLOSE")
 

@@ -5,117 +5,31 @@ from __future__ import annotations
 from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
-from ..core.contract import DEFAULT_SIGNAL
-from ..core.jobcontract import DEFAULT_LEAD, default_budgets
 from ..core.record import record
 from ..core.values import Choice, Distribution, format_value
+from . import keys
 
 if TYPE_CHECKING:
     from ..pyxis import Container
 
 CLI = "command line"  # the "file" of errors in command-line overrides
 
-ARG_STYLES = ("hydra", "argparse", "none")
-TOP_KEYS = (
-    "name",
-    "command",
-    "args",
-    "params",
-    "num_samples",
-    "seed",
-    "resources",
-    "max_parallel",
-    "output_root",
-    "env",
-    "env_prepend",
-    "env_append",
-    "env_runtime",
-    "workdir",
-    "requeue",
-    "container",
-    "launcher",
-    "profile",
-    "self_check",
-    "srun",
-    "mpi",
-    "logs",
-    "torchrun",
-    "data",
-    "labels",
-)
-LAUNCHERS = ("torchrun", "srun", "none")  # none: the command itself, but under srun
+CAUSES = keys.CAUSES  # of requeues, each with its budget
+# The keys each block allows, in the order its "allowed keys" hint names them: see keys.KEYS.
+TOP_KEYS = keys.names("")
+RESOURCE_KEYS = keys.names("resources")
+REQUEUE_KEYS = keys.names("requeue")
+LOGS_KEYS = keys.names("logs")
+TORCHRUN_KEYS = keys.names("torchrun")  # torchrun's own options (launcher: torchrun)
+DATA_KEYS = keys.names("data")
+CONTAINER_KEYS = keys.names("container")
 # The srun options a spec may set (`srun: {mpi: pmix, label: true}`): True renders a flag.
 SRUN_OPTIONS: dict[str, type] = {
-    "mpi": str,
-    "label": bool,
-    "cpu_bind": str,
-    "gpu_bind": str,
-    "mem_bind": str,
-    "distribution": str,
-    "hint": str,
-    "exact": bool,
-    "overlap": bool,
-    "unbuffered": bool,
-    "network": str,
-    "cpus_per_task": int,
-    "gpus_per_task": int,
+    k.name: {"bool": bool, "positive": int}.get(k.kind, str) for k in keys.below("srun")
 }
-REQUEUE_KEYS = ("enabled", "signal", "lead", "budgets")
-TORCHRUN_KEYS = ("nproc_per_node",)  # torchrun's own options (launcher: torchrun)
-LOGS_KEYS = ("name", "stderr")
-LOG_STDERR = ("merged", "separate")
-# The file-name tokens of sbatch a log name may use: ones slurmkit can fill in again to find
-# the file (`slurmkit logs --slurm`); %a or %j makes every array task's file its own.
-LOG_TOKENS = {
-    "A": "array job id",
-    "a": "array task id",
-    "j": "job id",
-    "x": "job name",
-    "u": "user",
-}
-DATA_KEYS = ("src", "dst", "cache", "name", "cache_dir")
-DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
-# Signals a trial may be asked to checkpoint with (USR1 is left to NCCL-based stacks by default).
-RESOURCE_KEYS = (
-    "partition",
-    "time",
-    "nodes",
-    "cpus",
-    "gpus",
-    "mem",
-    "account",
-    "qos",
-    "constraint",
-    "extra",
-    "tasks_per_node",
-    "exclusive",
-    "switches",
-    "cpus_per_task",
-    "gpus_per_node",
-)
-CONTAINER_KEYS = (
-    "image",
-    "mounts",
-    "workdir",
-    "env_keep",
-    "writable",
-    "remap_root",
-    "mount_home",
-    "name",
-)
 # Keys that `slurmkit sweep --resume DIR KEY=VALUE` may change (the trials stay as they are).
-RESUMABLE = (
-    "resources",
-    "max_parallel",
-    "env",
-    "env_prepend",
-    "env_append",
-    "env_runtime",
-    "requeue",
-    "container",
-    "self_check",
-)
+RESUMABLE = tuple(k.path for k in keys.KEYS if k.resumable)
+_D = {k.path: k.default for k in keys.KEYS}  # each key's default, from the table
 
 Domain = Any  # a fixed value, a Choice, or a Distribution
 
@@ -126,7 +40,7 @@ class Resources:
 
     partition: str | None = None
     time: str | None = None
-    nodes: int = 1
+    nodes: int = _D["resources.nodes"]
     cpus: int | None = None  # None: not asked for, so not rendered (srun steps inherit it)
     gpus: int | str | None = None
     mem: str | None = None
@@ -134,8 +48,8 @@ class Resources:
     qos: str | None = None
     constraint: str | None = None
     extra: dict[str, str | int | bool] = field(default_factory=dict)
-    tasks_per_node: int = 1
-    exclusive: bool = False
+    tasks_per_node: int = _D["resources.tasks_per_node"]
+    exclusive: bool = _D["resources.exclusive"]
     switches: str | None = None
 
     @property
@@ -151,10 +65,10 @@ class Requeue:
     ``budgets`` counts requeues per cause; ``None`` is unlimited.
     """
 
-    enabled: bool = True
-    signal: str = DEFAULT_SIGNAL
-    lead: int = DEFAULT_LEAD
-    budgets: dict[str, int | None] = field(default_factory=default_budgets)
+    enabled: bool = _D["requeue.enabled"]
+    signal: str = _D["requeue.signal"]
+    lead: int = _D["requeue.lead"]
+    budgets: dict[str, int | None] = field(default_factory=lambda: dict(keys.BUDGETS))
 
 
 @record
@@ -163,8 +77,8 @@ class Logs:
     .out`` (sbatch's tokens: LOG_TOKENS); ``stderr``: ``merged`` into the output, or
     ``separate`` (the trial's ``output.err`` beside ``output.log``, Slurm's ``NAME.err``)."""
 
-    name: str = "%A_%a"
-    stderr: str = "merged"
+    name: str = _D["logs.name"]
+    stderr: str = _D["logs.stderr"]
 
 
 @record
@@ -177,7 +91,7 @@ class DataEntry:
     src: str
     dst: str
     name: str
-    cache: str = "none"
+    cache: str = _D["data.cache"]
     cache_dir: str | None = None
 
 
@@ -189,11 +103,11 @@ class SweepSpec:
     command: tuple[str, ...]
     params: dict[str, Domain]
     resources: Resources = field(default_factory=Resources)
-    args: str = "hydra"
-    num_samples: int = 1
-    seed: int = 0
+    args: str = _D["args"]
+    num_samples: int = _D["num_samples"]
+    seed: int = _D["seed"]
     max_parallel: int | None = None
-    output_root: str = "runs"
+    output_root: str = _D["output_root"]
     env: dict[str, str] = field(default_factory=dict)
     # path-like values joined with ':' before / after the task's own value (the image's)
     env_prepend: dict[str, str] = field(default_factory=dict)
@@ -206,7 +120,7 @@ class SweepSpec:
     launcher: str | None = None
     srun: dict[str, str | int | bool] = field(default_factory=dict)  # options of the step
     profile: str | None = None
-    self_check: bool = True
+    self_check: bool = _D["self_check"]
     logs: Logs = field(default_factory=Logs)
     torchrun: dict[str, int] = field(default_factory=dict)  # e.g. nproc_per_node
     data: tuple[DataEntry, ...] = ()  # datasets staged before the trials start (slurmkit.data)
