@@ -374,3 +374,22 @@ def test_the_plain_bar_draws_where_rich_cannot(monkeypatch):
     assert drawn.endswith("\n") and drawn.count("\r") == 4  # start, then three changes
     last = drawn.split("\r")[-1]
     assert last.startswith("trials ━━━━━━━    3/4 failed 1 0:00:0"), last
+
+
+def test_a_path_in_env_is_what_the_trial_sees(tmp_path):
+    """``env: {PATH: ...}`` reached the trial as the batch shell's PATH (papercut 23.18): env
+    values are exact, PATH too (inside a container, through --container-env, over the image's)."""
+    from conftest import local_sweep
+
+    out = tmp_path / "path.txt"
+    body = (
+        f"command: [/bin/sh, -c, 'echo \"$PATH\" > {out}']\nargs: none\nparams: {{a: [1]}}\n"
+        "env: {PATH: '/opt/venv/bin:/usr/bin:/bin'}\n"
+    )
+    proc, result = local_sweep(tmp_path, body)
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    assert out.read_text().strip() == "/opt/venv/bin:/usr/bin:/bin"
+    plain = tmp_path / "plain.txt"
+    body = f"command: [/bin/sh, -c, 'echo \"$PATH\" > {plain}']\nargs: none\nparams: {{a: [2]}}\n"
+    local_sweep(tmp_path, body)  # without it: this Python's directory first, then the caller's
+    assert plain.read_text().split(":")[0] == os.path.dirname(__import__("sys").executable)

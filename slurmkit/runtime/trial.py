@@ -200,7 +200,7 @@ class TrialRun(Attempt):
             **os.environ,
             **cfg.env,
             **runtime_env(cfg.env_runtime, self.dir, local, str(self.row["index"])),
-            "PATH": _path_with_python(),
+            "PATH": cfg.env.get("PATH") or _path_with_python(),  # the spec's is exact
             "SLURMKIT_SWEEP_DIR": self.sweep.root,
             "SLURMKIT_TRIAL_ID": self.id,
             "SLURMKIT_TRIAL_INDEX": str(self.row["index"]),
