@@ -434,8 +434,18 @@ def submit(
     is_flag=True,
     help="The submitit executor that slurmkit.executor() makes of a job spec, as JSON.",
 )
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="What the runtime hands to srun for one trial: its argv and the variables it sets "
+    "(for an example job 4242 on node-001...), to diff against a script you port.",
+)
+@click.option("--trial", type=int, default=0, show_default=True, help="The trial --exact shows.")
+@click.option("--json", "as_json", is_flag=True, help="--exact as JSON: argv and env.")
 @guarded
-def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
+def render(
+    args: tuple[str, ...], plain: bool, submitit: bool, exact: bool, trial: int, as_json: bool
+) -> None:
     """Print the batch script(s) of a job or sweep spec (nothing is created or submitted).
 
     \b
@@ -443,7 +453,14 @@ def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
       slurmkit render sweeps/ddp.yaml resources.nodes=4
       slurmkit render sweeps/lr.yaml --plain > lr.sbatch
       slurmkit render sweeps/ddp.yaml launcher=srun --submitit
+      slurmkit render sweeps/quickstart.yaml --exact --trial 3
     """
+    if sum((plain, submitit, exact)) > 1:
+        raise click.UsageError("--plain, --submitit and --exact are one at a time")
+    if as_json and not exact:
+        raise click.UsageError("--json goes with --exact")
+    if exact:
+        return _render_exact(args, trial, as_json)
     if submitit:
         if plain:
             raise click.UsageError("--submitit and --plain do not go together")
@@ -469,6 +486,26 @@ def render(args: tuple[str, ...], plain: bool, submitit: bool) -> None:
     else:
         result = lib.submit(spec, backend="auto", dry_run=True)
         click.echo("\n".join(result.scripts), nl=False)
+
+
+def _render_exact(args: tuple[str, ...], index: int, as_json: bool) -> None:
+    """``render --exact``: trial ``index``'s srun argv and the variables the runtime sets."""
+    import os
+    import shlex
+
+    from .preview import EXAMPLE_JOB, exact
+    from .spec import load
+
+    spec = load(args[0], args[1:], job=True)
+    argv, env = exact(spec, index, os.getcwd())
+    if as_json:
+        emit_json({"trial": index, "job_id": EXAMPLE_JOB, "argv": argv, "env": env})
+        return
+    click.echo(f"# trial {index}, as job {EXAMPLE_JOB} would run it; the runtime runs this argv")
+    click.echo(" \\\n  ".join(shlex.quote(a) for a in argv))
+    click.echo("# with these variables set (the batch shell's others pass through unchanged)")
+    for name in sorted(env):
+        click.echo(f"{name}={shlex.quote(env[name])}")
 
 
 @main.command()

@@ -374,3 +374,56 @@ def test_the_plain_bar_draws_where_rich_cannot(monkeypatch):
     assert drawn.endswith("\n") and drawn.count("\r") == 4  # start, then three changes
     last = drawn.split("\r")[-1]
     assert last.startswith("trials ━━━━━━━    3/4 failed 1 0:00:0"), last
+
+
+def test_a_path_in_env_is_what_the_trial_sees(tmp_path):
+    """``env: {PATH: ...}`` reached the trial as the batch shell's PATH (papercut 23.18): env
+    values are exact, PATH too (inside a container, through --container-env, over the image's)."""
+    from conftest import local_sweep
+
+    out = tmp_path / "path.txt"
+    body = (
+        f"command: [/bin/sh, -c, 'echo \"$PATH\" > {out}']\nargs: none\nparams: {{a: [1]}}\n"
+        "env: {PATH: '/opt/venv/bin:/usr/bin:/bin'}\n"
+    )
+    proc, result = local_sweep(tmp_path, body)
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    assert out.read_text().strip() == "/opt/venv/bin:/usr/bin:/bin"
+    plain = tmp_path / "plain.txt"
+    body = f"command: [/bin/sh, -c, 'echo \"$PATH\" > {plain}']\nargs: none\nparams: {{a: [2]}}\n"
+    local_sweep(tmp_path, body)  # without it: this Python's directory first, then the caller's
+    assert plain.read_text().split(":")[0] == os.path.dirname(__import__("sys").executable)
+
+
+def test_render_exact_shows_the_runtimes_argv_and_variables(tmp_path):
+    """``render --exact``: what the runtime hands to srun for trial N (papercut 23.14), from
+    the runtime's own ``step``: the srun options with the rendezvous filled in for the example
+    job, the launcher, the command with its parameters, and the variables it sets."""
+    from slurmkit.core.rendezvous import job_port
+
+    spec = tmp_path / "ddp.yaml"
+    spec.write_text(
+        "command: [python, train.py]\nparams: {lr: [0.1, 0.01]}\nlauncher: torchrun\n"
+        "resources: {nodes: 2, gpus_per_node: 4}\n"
+        "container: {image: 'nvcr.io/nvidia/pytorch:24.01-py3', name: train}\n"
+        "env: {NCCL_DEBUG: INFO, PATH: '/opt/venv/bin:/usr/bin'}\n"
+        "env_runtime: {TMPDIR: '/scratch/{job_id}'}\n"
+    )
+    ran = run_cli("render", str(spec), "--exact", "--trial", "1", "--json", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    got = json.loads(ran.stdout)
+    argv, env = got["argv"], got["env"]
+    assert argv[0] == "srun" and "--nodes=2" in argv
+    assert "--rdzv-endpoint=node-001:" + str(job_port("4242")) in argv
+    assert any(a.startswith("--container-name=train-") and "-4242" in a for a in argv)
+    assert argv[-3:] == ["python", "train.py", "lr=0.01"]
+    assert env["MASTER_ADDR"] == "node-001" and env["MASTER_PORT"] == str(job_port("4242"))
+    assert env["NCCL_DEBUG"] == "INFO" and env["PATH"] == "/opt/venv/bin:/usr/bin"
+    assert env["TMPDIR"] == "/scratch/4242" and env["SLURMKIT_TRIAL_INDEX"] == "1"
+    people = run_cli("render", str(spec), "--exact", cwd=tmp_path)
+    assert people.returncode == 0 and people.stdout.startswith("# trial 0, as job 4242")
+    assert "\nNCCL_DEBUG=INFO\n" in people.stdout and "lr=0.1" in people.stdout
+    for bad in (["--trial", "2"], ["--plain"], ["--submitit"]):
+        refused = run_cli("render", str(spec), "--exact", *bad, cwd=tmp_path)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert run_cli("render", str(spec), "--json", cwd=tmp_path).returncode == 2

@@ -98,7 +98,6 @@ def _used(path: Path, names: set[str]) -> set[str]:
     return found & names
 
 
-
 def test_submitits_private_names_are_in_the_adapter_alone_and_its_docstring_lists_them():
     private = _submitit_private_names()
     in_adapter = _used(ADAPTER, private)

@@ -71,20 +71,25 @@ def handles(pid: int, signum: int) -> bool:
     return len(masks) != len(_MASKS) or any(mask >> (signum - 1) & 1 for mask in masks)
 
 
-def node() -> str:
+def node(env: Mapping[str, str] = os.environ) -> str:
     """The Slurm node this runs on (the host's name outside Slurm)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return env.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def runtime_env(
-    env_runtime: Mapping[str, str], trial_dir: str, job_id: str, task_id: str
+    env_runtime: Mapping[str, str],
+    trial_dir: str,
+    job_id: str,
+    task_id: str,
+    env: Mapping[str, str] = os.environ,
 ) -> dict[str, str]:
     """The spec's ``env_runtime`` with its placeholders filled: ``{job_id}`` and
-    ``{array_task_id}`` (Slurm's, else ``job_id``/``task_id``), ``{node}``, ``{trial_dir}``."""
+    ``{array_task_id}`` (Slurm's in ``env``, else ``job_id``/``task_id``), ``{node}``,
+    ``{trial_dir}``."""
     known = {
-        "job_id": os.environ.get("SLURM_JOB_ID") or job_id,
-        "array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID") or task_id,
-        "node": node(),
+        "job_id": env.get("SLURM_JOB_ID") or job_id,
+        "array_task_id": env.get("SLURM_ARRAY_TASK_ID") or task_id,
+        "node": node(env),
         "trial_dir": trial_dir,
     }
     return placeholders.fill(env_runtime, known)

@@ -60,6 +60,43 @@ def _path_with_python() -> str:
     )
 
 
+def step(
+    cfg: JobContract,
+    row: Mapping[str, Any],
+    base: Mapping[str, str],
+    *,
+    sweep_root: str,
+    trial_dir: str,
+    attempt: int,
+    signal: str,
+) -> tuple[list[str], dict[str, str]]:
+    """What the runtime runs for trial ``row``: its argv (the launcher's prefix, srun's with
+    the rendezvous filled in, then the command and its parameters) and its environment (``base``,
+    the batch shell's, with the spec's ``env``, ``env_runtime`` and the contract's variables)."""
+    argv = list(cfg.command) + param_args(dict(row["params"]), cfg.args)
+    local = f"local-{os.getpid()}-{row['index']}"
+    env = {
+        **base,
+        **cfg.env,
+        **runtime_env(cfg.env_runtime, trial_dir, local, str(row["index"]), base),
+        "PATH": cfg.env.get("PATH") or _path_with_python(),  # the spec's is exact
+        "SLURMKIT_SWEEP_DIR": sweep_root,
+        "SLURMKIT_TRIAL_ID": row["id"],
+        "SLURMKIT_TRIAL_INDEX": str(row["index"]),
+        "SLURMKIT_TRIAL_DIR": trial_dir,
+        "SLURMKIT_PARAMS": json.dumps(row["params"], ensure_ascii=False),
+        "SLURMKIT_ATTEMPT": str(attempt),
+        ENV_SIGNAL: signal,
+    }
+    launch = cfg.launch
+    if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
+        env.update(rendezvous(env))
+        argv = fill(launch, env) + argv
+    elif launch.get("env"):  # env_prepend/env_append on a plain command
+        argv = [*launch["env"], *argv]
+    return argv, env
+
+
 def _holder(held: dict[str, Any]) -> str:
     """Who holds a trial's claim, in words: ``job J (pid P on NODE)``."""
     where = f"pid {held.get('pid', '?')} on {held.get('host', '?')}"
@@ -193,29 +230,16 @@ class TrialRun(Attempt):
     def _command(self) -> tuple[list[str], dict[str, str]]:
         """The command's argv (with its launcher prefix) and its environment (the module's
         docstring)."""
-        cfg, attempt = self.config, self.status["attempts"][-1]
-        argv = list(cfg.command) + param_args(self.row["params"], cfg.args)
-        local = f"local-{os.getpid()}-{self.row['index']}"
-        env = {
-            **os.environ,
-            **cfg.env,
-            **runtime_env(cfg.env_runtime, self.dir, local, str(self.row["index"])),
-            "PATH": _path_with_python(),
-            "SLURMKIT_SWEEP_DIR": self.sweep.root,
-            "SLURMKIT_TRIAL_ID": self.id,
-            "SLURMKIT_TRIAL_INDEX": str(self.row["index"]),
-            "SLURMKIT_TRIAL_DIR": self.dir,
-            "SLURMKIT_PARAMS": json.dumps(self.row["params"], ensure_ascii=False),
-            "SLURMKIT_ATTEMPT": str(attempt["n"]),
-            ENV_SIGNAL: self.policy.signal,
-        }
-        launch = cfg.launch
-        if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
-            env.update(rendezvous(env))
-            argv = fill(launch, env) + argv
-        elif launch.get("env"):  # env_prepend/env_append on a plain command
-            argv = [*launch["env"], *argv]
-        return argv, env
+        attempt = self.status["attempts"][-1]
+        return step(
+            self.config,
+            self.row,
+            os.environ,
+            sweep_root=self.sweep.root,
+            trial_dir=self.dir,
+            attempt=attempt["n"],
+            signal=self.policy.signal,
+        )
 
     def _header(self, log: IO[bytes], out: IO[bytes]) -> None:
         """The attempt's first line, in output.log (and the stderr file); where it begins."""
