@@ -456,7 +456,7 @@ def render(
       slurmkit render sweeps/quickstart.yaml --exact --trial 3
     """
     if sum((plain, submitit, exact)) > 1:
-        raise click.UsageError("--plain, --submitit and --exact are one at a time")
+        raise click.UsageError("--plain, --submitit and --exact do not go together")
     if as_json and not exact:
         raise click.UsageError("--json goes with --exact")
     if exact:
