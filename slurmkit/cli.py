@@ -462,8 +462,6 @@ def render(
     if exact:
         return _render_exact(args, trial, as_json)
     if submitit:
-        if plain:
-            raise click.UsageError("--submitit and --plain do not go together")
         from .errors import UserError
         from .executors import executor_config  # no submitit needed to show it
 
