@@ -314,7 +314,7 @@ def supervise_config(s: Setup, params: Mapping[str, Any], folder: str) -> dict[s
     policy = s.spec.requeue
     lead = params.get("signal_delay_s", policy.lead)
     return JobContract(
-        requeue=Policy(**{**asdict(policy), "lead": lead}),
+        requeue=Policy(**{**asdict(policy), "enabled": policy.enabled is True, "lead": lead}),
         env_runtime=dict(s.spec.env_runtime),
         workdir=s.spec.workdir,
         folder=folder,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from . import __version__
 from .core.arrays import DEFAULT_MAX_ARRAY_SIZE
-from .core.contract import ENV_DATA, REQUEUE_EXIT
+from .core.contract import ENV_DATA, LEFT_TO_CLUSTER, REQUEUE_EXIT
 from .core.layout import COMMENT_PREFIX, slurm_log_name
 from .core.rendezvous import fill
 from .errors import UserError
@@ -229,7 +229,10 @@ def resource_options(r: Resources) -> list[str]:
 
 def requeue_options(policy: Requeue) -> list[str]:
     """Requeue on, and the signal that asks the batch shell to checkpoint ``lead`` s before the
-    time limit; or requeue off (the ``#SBATCH`` part of :func:`supervised`)."""
+    time limit; or requeue off; or, left to the cluster, neither (the ``#SBATCH`` part of
+    :func:`supervised`)."""
+    if policy.enabled == LEFT_TO_CLUSTER:
+        return []
     if not policy.enabled:
         return ["--no-requeue"]
     return ["--requeue", f"--signal=B:{policy.signal}@{policy.lead}"]
@@ -275,7 +278,7 @@ def supervised(
     the work, before the shell exits with its code; ``quoted``: ``command`` holds script text
     in single quotes on purpose (shellcheck is told).
     """
-    if not policy.enabled:
+    if policy.enabled is not True:  # off, or left to the cluster: nothing to forward
         lines = [command, "rc=$?"] if teardown else [f"exec {command}"]
     else:
         lines = [
@@ -296,6 +299,6 @@ def supervised(
         lines.insert(at, "# shellcheck disable=SC2016  # script text for sh -c, quoted on purpose")
     if teardown:
         lines += ["", "# teardown", *teardown]
-    if teardown or policy.enabled:
+    if teardown or policy.enabled is True:
         lines.append('exit "$rc"')
     return Supervised(requeue_options(policy), lines)

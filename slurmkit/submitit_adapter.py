@@ -216,7 +216,7 @@ def script(task: Task, params: Mapping[str, Any], command: str, folder: str) -> 
         additional_parameters={**_as_parameters(contract.sbatch), **extra},
         **given,
     )
-    if not policy.enabled:  # submitit always asks for its signal; without requeue, none
+    if policy.enabled is not True:  # submitit always asks for its signal; without ours, none
         text = "\n".join(
             line for line in text.split("\n") if not line.startswith("#SBATCH --signal=")
         )

@@ -427,3 +427,67 @@ def test_render_exact_shows_the_runtimes_argv_and_variables(tmp_path):
         refused = run_cli("render", str(spec), "--exact", *bad, cwd=tmp_path)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
     assert run_cli("render", str(spec), "--json", cwd=tmp_path).returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("enabled", "options", "trap"),
+    [
+        ("true", ["--requeue", "--signal=B:USR2@120"], True),
+        ("false", ["--no-requeue"], False),
+        ("cluster", [], False),  # neither: the cluster's JobRequeue decides (papercut 23.13)
+    ],
+)
+def test_requeue_has_three_states(tmp_path, enabled, options, trap):
+    from conftest import assert_shell_ok
+
+    from slurmkit.core.jobcontract import JobContract
+    from slurmkit.render import scripts
+    from slurmkit.store import sweep_config
+
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text(f"command: [echo]\nparams: {{a: [1]}}\nrequeue: {{enabled: {enabled}}}\n")
+    s = spec_mod.load(str(spec_path))
+    plan = make(s, expand(s), str(tmp_path))
+    text = scripts(plan, [0], 1001, "/r")[0][1]
+    shown = [ln.removeprefix("#SBATCH ") for ln in text.splitlines() if ln.startswith("#SBATCH")]
+    asked = [o for o in shown if o.split("=")[0] in ("--requeue", "--no-requeue", "--signal")]
+    assert asked == options
+    assert ("trap " in text) is trap and ("scontrol requeue" in text) is trap
+    assert_shell_ok(text)
+    contract = JobContract.from_dict(sweep_config(plan), "sweep.json")
+    assert contract.requeue.enabled is (enabled == "true")  # the runtime asks for none itself
+
+
+def test_a_function_executor_leaves_requeue_to_the_cluster_too(tmp_path):
+    pytest.importorskip("submitit")
+    from slurmkit.executors import executor_config
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("command: x\nrequeue: {enabled: cluster}\n")
+    config = executor_config(str(spec), ["~command"])
+    text = json.dumps(config)
+    assert "--requeue" not in text and "--no-requeue" not in text and "--signal" not in text
+
+
+@pytest.mark.cluster
+def test_a_job_that_leaves_requeue_to_the_cluster_gets_the_clusters(slurm_cluster, tmp_path):
+    """The test cluster has JobRequeue=1: a job rendered with ``enabled: cluster`` is requeueable
+    (Requeue=1), one with ``enabled: false`` is not (Requeue=0)."""
+    import subprocess
+
+    seen = {}
+    for enabled in ("cluster", "false"):
+        spec = tmp_path / f"{enabled}.yaml"
+        spec.write_text(
+            f"name: rq-{enabled}\ncommand: [sleep, '30']\nargs: none\nparams: {{a: [1]}}\n"
+            f"requeue: {{enabled: {enabled}}}\noutput_root: {tmp_path}/runs\n"
+        )
+        ran = run_cli("sweep", str(spec), "--backend", "slurm", "--json")
+        assert ran.returncode == 0, ran.stderr
+        job = json.loads(ran.stdout)["jobs"][0]["job_id"]
+        shown = subprocess.run(
+            ["scontrol", "show", "job", f"{job}_0"], capture_output=True, text=True
+        ).stdout
+        subprocess.run(["scancel", job], check=False)
+        seen[enabled] = next(w for w in shown.split() if w.startswith("Requeue="))
+    assert seen == {"cluster": "Requeue=1", "false": "Requeue=0"}

@@ -17,6 +17,9 @@ ALREADY_REQUEUED = 76
 ENV_SIGNAL = "SLURMKIT_REQUEUE_SIGNAL"
 # The requeue signal when nobody named one (the spec's default, and the environment's).
 DEFAULT_SIGNAL = "USR2"
+# requeue.enabled's third value: render neither --requeue nor --no-requeue, no signal, no trap
+# (the cluster's JobRequeue decides; the runtime asks for no requeue of its own)
+LEFT_TO_CLUSTER = "cluster"
 # The requeue signals a spec may name (Slurm's --signal, without "SIG").
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
 # The path of the spec's dataset NAME in a trial: SLURMKIT_DATA_<NAME> (and SLURMKIT_DATA alone

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, field, fields
 from typing import Any
 
-from .contract import DEFAULT_SIGNAL, SIGNALS
+from .contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
 from .fsutil import Damaged, read_json
 from .record import record
 
@@ -134,8 +134,13 @@ def _policy(raw: Any, source: str) -> Policy:
     if not isinstance(raw, dict):
         raise Damaged(source, f"requeue: expected a mapping, got {type(raw).__name__} {raw!r}")
     enabled = raw.get("enabled", True)
+    if enabled == LEFT_TO_CLUSTER:  # the cluster may requeue; the runtime asks for none
+        enabled = False
     if not isinstance(enabled, bool):
-        raise Damaged(source, f"requeue.enabled: expected true or false, got {enabled!r}")
+        raise Damaged(
+            source,
+            f"requeue.enabled: expected true or false (or {LEFT_TO_CLUSTER}), got {enabled!r}",
+        )
     signal = _typed(raw, "signal", str, "a signal name", source, "requeue.") or DEFAULT_SIGNAL
     signal = signal.upper().removeprefix("SIG")
     if signal not in SIGNALS:

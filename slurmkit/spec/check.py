@@ -107,6 +107,8 @@ def typed(
 
 def fits(key: Key, value: Any) -> bool:
     """Whether ``value`` (of the key's kind) is one the key allows."""
+    if key.kind == "switch" and isinstance(value, bool):
+        return True  # a switch: true, false, or one of its words
     if key.choices and value not in key.choices:
         return False
     if key.pattern:

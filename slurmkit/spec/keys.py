@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from ..core.contract import DEFAULT_SIGNAL, SIGNALS
+from ..core.contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
 from ..core.jobcontract import DEFAULT_BUDGETS, DEFAULT_LEAD
 from ..core.profiles import PROFILES
 from ..core.record import record
@@ -306,7 +306,16 @@ KEYS: tuple[Key, ...] = (
         config=True,
         resumable=True,
     ),
-    Key("requeue.enabled", "bool", "requeue at all", default=True),
+    Key(
+        "requeue.enabled",
+        "switch",
+        "`true`: slurmkit's requeue (`--requeue`, the signal before the time limit, the batch "
+        "shell's trap, budgets); `false`: never (`--no-requeue`); `cluster`: neither option "
+        "rendered and no signal asked (the cluster's `JobRequeue` decides)",
+        default=True,
+        choices=(LEFT_TO_CLUSTER,),
+        mismatch="expected true, false or {allowed}, got {type} {value!r}",
+    ),
     Key(
         "requeue.signal",
         "str",

@@ -65,7 +65,7 @@ class Requeue:
     ``budgets`` counts requeues per cause; ``None`` is unlimited.
     """
 
-    enabled: bool = _D["requeue.enabled"]
+    enabled: bool | str = _D["requeue.enabled"]  # True, False or LEFT_TO_CLUSTER
     signal: str = _D["requeue.signal"]
     lead: int = _D["requeue.lead"]
     budgets: dict[str, int | None] = field(default_factory=lambda: dict(keys.BUDGETS))

@@ -34,6 +34,7 @@ KINDS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "int": ("integer", {"type": "integer"}),
     "positive": ("integer ≥ 1", {"type": "integer", "minimum": 1}),
     "bool": ("true/false", {"anyOf": [{"type": "boolean"}, {"enum": _YAML11_BOOLS}]}),
+    "switch": ("true/false or a word", None),
     "choice": ("one of", {}),
     "word": ("string or integer", {"type": ["string", "integer"]}),
     "text": ("string or integer", {"type": ["string", "integer"], "minimum": 0}),
@@ -155,6 +156,8 @@ def _value(key: Key) -> dict[str, Any]:
         listed = {"type": "array", "items": _items(key)}
         # env_keep: one name may stand alone (pyxis.parse)
         return {"anyOf": [_items(key), listed]} if key.path == "container.env_keep" else listed
+    if key.kind == "switch":  # true/false (YAML 1.1's words too) or one of its own words
+        return {"anyOf": [KINDS["bool"][1], {"enum": list(key.choices)}]}
     base = dict(KINDS[key.kind][1] or {})
     if key.path == "requeue.signal":
         letters = "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in s) for s in key.choices)
@@ -196,6 +199,8 @@ def _shown_path(key: Key) -> str:
 def _type(key: Key) -> str:
     if key.kind == "alias":
         return f"as `{key.alias}`"
+    if key.kind == "switch":
+        return "true/false \\| " + " \\| ".join(f"`{c}`" for c in key.choices)
     if key.choices and key.kind != "map":
         return " \\| ".join(f"`{c}`" for c in key.choices)
     words = KINDS[key.kind][0]
