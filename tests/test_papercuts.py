@@ -491,3 +491,48 @@ def test_a_job_that_leaves_requeue_to_the_cluster_gets_the_clusters(slurm_cluste
         subprocess.run(["scancel", job], check=False)
         seen[enabled] = next(w for w in shown.split() if w.startswith("Requeue="))
     assert seen == {"cluster": "Requeue=1", "false": "Requeue=0"}
+
+
+def test_env_default_gives_a_value_only_where_nothing_else_does(tmp_path):
+    """``env_default`` (papercut 23.11): outside a container the job's environment wins over it;
+    in one the image's does (the name is not forced through --container-env, as ``env`` is)."""
+
+    out = tmp_path / "env.txt"
+    body = (
+        f"command: [/bin/sh, -c, 'echo \"$A $B $C\" > {out}']\nargs: none\nparams: {{a: [1]}}\n"
+        "env: {C: forced}\nenv_default: {A: fallback, B: fallback}\n"
+    )
+    spec = tmp_path / "s.yaml"
+    spec.write_text(body)
+    ran = run_cli("sweep", str(spec), "--backend", "local", env={"B": "mine", "C": "mine"})
+    assert ran.returncode == 0, ran.stderr
+    assert out.read_text().split() == ["fallback", "mine", "forced"]
+    container = tmp_path / "c.yaml"
+    container.write_text(
+        "command: [x]\nparams: {a: [1]}\ncontainer: {image: ubuntu}\n"
+        "env: {NCCL_DEBUG: INFO}\nenv_default: {LD_PRELOAD: /opt/lib.so}\n"
+    )
+    exact = run_cli("render", str(container), "--exact", "--json", cwd=tmp_path)
+    assert exact.returncode == 0, exact.stderr
+    got = json.loads(exact.stdout)
+    (keep,) = [a for a in got["argv"] if a.startswith("--container-env=")]
+    assert "NCCL_DEBUG" in keep and "LD_PRELOAD" not in keep
+    assert got["env"]["LD_PRELOAD"] == "/opt/lib.so"  # set on the host: the image's wins
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "words"),
+    [
+        ("env: {A: x}\nenv_default: {A: y}\n", "env_default.A", "A is set in env as well"),
+        ("env_default: {A: y}\nenv_runtime: {A: '{job_id}'}\n", "env_runtime.A", "env_default"),
+        ("env_default: {A: 1.50}\n", "env_default.A", "is a float"),
+        ("env_default: {1A: y}\n", "env_default", "1A"),
+        ("env_default: [A]\n", "env_default", "must be a mapping"),
+    ],
+)
+def test_bad_env_default_names_the_key(spec_file, body, key, words):
+    from slurmkit.errors import SpecError
+
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(str(spec_file(f"command: x\nparams: {{a: [1]}}\n{body}")))
+    assert info.value.key.startswith(key) and words in str(info.value), str(info.value)

@@ -65,6 +65,7 @@ class JobContract:
     command: tuple[str, ...] = ()
     args: str = "hydra"
     env: Mapping[str, str] = field(default_factory=dict)
+    env_default: Mapping[str, str] = field(default_factory=dict)  # where the job's env has none
     launch: Mapping[str, list[str]] = field(default_factory=dict)
     submit_dir: str | None = None
     data: tuple[Mapping[str, Any], ...] = ()
@@ -182,6 +183,7 @@ def _read(raw: Any, source: str) -> JobContract:
         command=tuple(command),
         args=_typed(raw, "args", str, "hydra, argparse or none", source) or "hydra",
         env=_strings(raw, "env", source) or {},
+        env_default=_strings(raw, "env_default", source) or {},
         launch=launch,
         submit_dir=_typed(raw, "submit_dir", str, "a path", source),
         data=tuple(data),

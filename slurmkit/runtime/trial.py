@@ -76,6 +76,7 @@ def step(
     argv = list(cfg.command) + param_args(dict(row["params"]), cfg.args)
     local = f"local-{os.getpid()}-{row['index']}"
     env = {
+        **{k: v for k, v in cfg.env_default.items() if k not in base},  # the job's own wins
         **base,
         **cfg.env,
         **runtime_env(cfg.env_runtime, trial_dir, local, str(row["index"]), base),

@@ -254,6 +254,19 @@ KEYS: tuple[Key, ...] = (
         checked="validate._env",
     ),
     Key(
+        "env_default",
+        "map",
+        "variables set only where nothing else sets them: in a container the image's value "
+        "wins (the name is not forced through `--container-env`), else the job's environment's "
+        "(`${VAR:-value}`); byte-exact as `env`. A name may not be in `env` too",
+        pattern=ENV_NAME,
+        what="variable names to values",
+        items="scalar",
+        mismatch=_NOT_ENV,
+        resumable=True,
+        checked="validate._env",
+    ),
+    Key(
         "env_prepend",
         "map",
         "path-like values joined with `:` before the value the task sees (in a container, the "
@@ -314,7 +327,7 @@ KEYS: tuple[Key, ...] = (
         "rendered and no signal asked (the cluster's `JobRequeue` decides)",
         default=True,
         choices=(LEFT_TO_CLUSTER,),
-        mismatch="expected true, false or {allowed}, got {type} {value!r}",
+        mismatch="expected bool (true, false) or {allowed}, got {type} {value!r}",
     ),
     Key(
         "requeue.signal",

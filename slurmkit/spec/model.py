@@ -109,6 +109,8 @@ class SweepSpec:
     max_parallel: int | None = None
     output_root: str = _D["output_root"]
     env: dict[str, str] = field(default_factory=dict)
+    # set only where the image (in a container) or the job's environment does not
+    env_default: dict[str, str] = field(default_factory=dict)
     # path-like values joined with ':' before / after the task's own value (the image's)
     env_prepend: dict[str, str] = field(default_factory=dict)
     env_append: dict[str, str] = field(default_factory=dict)
@@ -143,6 +145,7 @@ class SweepSpec:
             command=list(self.command),
             resources=asdict(self.resources),
             env=dict(self.env),
+            env_default=dict(self.env_default),
             env_prepend=dict(self.env_prepend),
             env_append=dict(self.env_append),
             env_runtime=dict(self.env_runtime),

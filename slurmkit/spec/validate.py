@@ -115,17 +115,7 @@ def validate(
     output_root = read(data, "output_root", source)
     workdir = read(data, "workdir", source)
     resources = _resources(data, source)
-    env = _env(data, source)
-    env_prepend = _env_paths(data, "env_prepend", source)
-    env_append = _env_paths(data, "env_append", source)
-    env_runtime = _env_runtime(data, source)
-    for name in env_runtime.keys() & env.keys():
-        raise SpecError(
-            f"{name} is set in env as well",
-            file=source,
-            key=f"env_runtime.{name}",
-            hint="set each variable in one of env (as written) and env_runtime (filled in)",
-        )
+    env, env_default, env_prepend, env_append, env_runtime = _envs(data, source)
     launcher = read(data, "launcher", source)
     torchrun = _torchrun(data, launcher, source)
     if launcher == "srun" and resources.tasks_per_node == 1 and resources.gpu_count > 1:
@@ -150,6 +140,7 @@ def validate(
         output_root=output_root,
         resources=resources,
         env=env,
+        env_default=env_default,
         env_prepend=env_prepend,
         env_append=env_append,
         env_runtime=env_runtime,
@@ -416,27 +407,63 @@ def _env_runtime(data: Mapping[str, Any], source: str) -> dict[str, str]:
     return out
 
 
-def _env(data: Mapping[str, Any], source: str) -> dict[str, str]:
+def _envs(
+    data: Mapping[str, Any], source: str
+) -> tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str], dict[str, str]]:
+    """``env``, ``env_default``, ``env_prepend``, ``env_append``, ``env_runtime``; a name set
+    in two of env, env_default and env_runtime is refused."""
+    env = _env(data, source)
+    env_default = _env(data, source, "env_default")
+    for name in env_default.keys() & env.keys():
+        raise SpecError(
+            f"{name} is set in env as well",
+            file=source,
+            key=f"env_default.{name}",
+            hint="env forces a value (over the image's); env_default gives one only where "
+            "nothing else does: set each variable in one of them",
+        )
+    env_prepend = _env_paths(data, "env_prepend", source)
+    env_append = _env_paths(data, "env_append", source)
+    env_runtime = _env_runtime(data, source)
+    for name in env_runtime.keys() & env_default.keys():
+        raise SpecError(
+            f"{name} is set in env_default as well",
+            file=source,
+            key=f"env_runtime.{name}",
+            hint="set each variable in one of env_default and env_runtime",
+        )
+    for name in env_runtime.keys() & env.keys():
+        raise SpecError(
+            f"{name} is set in env as well",
+            file=source,
+            key=f"env_runtime.{name}",
+            hint="set each variable in one of env (as written) and env_runtime (filled in)",
+        )
+    return env, env_default, env_prepend, env_append, env_runtime
+
+
+def _env(data: Mapping[str, Any], source: str, block: str = "env") -> dict[str, str]:
+    """``env`` (or ``env_default``): names to byte-exact values."""
     env: dict[str, str] = {}
     given: dict[str, Any] = {}  # each name's key in raw: true and 'True' both name True
-    for key, found in mapping(data, "env", source).items():
+    for key, found in mapping(data, block, source).items():
         name = str(key)
-        if not fits(KEY["env"], name):
-            raise error("env", key, source, at=f"env.{key}")
+        if not fits(KEY[block], name):
+            raise error(block, key, source, at=f"{block}.{key}")
         if name in given:
             raise SpecError(
                 f"the keys {given[name]!r} and {key!r} both name {name}",
                 file=source,
-                key=f"env.{name}",
+                key=f"{block}.{name}",
                 hint="quote a name that YAML reads as a boolean or null: 'TRUE': ...",
             )
         if isinstance(found, (dict, list)) or found is None:
-            raise SpecError("must be a string or number", file=source, key=f"env.{key}")
+            raise SpecError("must be a string or number", file=source, key=f"{block}.{key}")
         if isinstance(found, float):
             raise SpecError(
                 f"{found!r} is a float: the job would see {str(found)!r}, not the text written",
                 file=source,
-                key=f"env.{name}",
+                key=f"{block}.{name}",
                 hint=f"quote it: {name}: '{found!r}'",
             )
         given[name] = key
