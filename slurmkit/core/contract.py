@@ -22,6 +22,9 @@ DEFAULT_SIGNAL = "USR2"
 LEFT_TO_CLUSTER = "cluster"
 # The requeue signals a spec may name (Slurm's --signal, without "SIG").
 SIGNALS = ("USR2", "USR1", "URG", "HUP", "INT", "ALRM", "PWR", "XCPU")
+# What a named container's name ends with in this attempt (the runtime sets it: job id, attempt
+# and a random part); without it, the job id (runtime/containers.py says why).
+ENV_CONTAINER = "SLURMKIT_CONTAINER_INSTANCE"
 # The path of the spec's dataset NAME in a trial: SLURMKIT_DATA_<NAME> (and SLURMKIT_DATA alone
 # when the spec has one dataset).
 ENV_DATA = "SLURMKIT_DATA"

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .contract import ENV_CONTAINER
+
 PORT_BASE = 10000  # below it: the ports of well-known services
 PORT_FALLBACK_SPAN = 50000  # where the ephemeral range leaves no room (it covers 10000-65535)
 EPHEMERAL_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
@@ -71,12 +73,13 @@ def rendezvous(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-CONTAINER_NAME = "--container-name="  # its value ends with {job_id}: one container per job
+CONTAINER_NAME = "--container-name="  # its value ends with {job_id}: one per attempt (below)
 
 
 def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
-    """The argv prefix with the tokens replaced: in our own launcher part, and the job id in
-    the (validated) container name; never in the user's values (paths may hold braces)."""
+    """The argv prefix with the tokens replaced: in our own launcher part, and in the
+    (validated) container name the attempt's instance (``ENV_CONTAINER``, else the job id);
+    never in the user's values (paths may hold braces)."""
     values = {
         "{master_addr}": env["MASTER_ADDR"],
         "{master_port}": env["MASTER_PORT"],
@@ -88,8 +91,9 @@ def fill(launch: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
         for token, value in values.items():
             arg = arg.replace(token, value)
         launcher.append(arg)
+    instance = env.get(ENV_CONTAINER) or values["{job_id}"]
     step = [
-        arg.replace("{job_id}", values["{job_id}"]) if arg.startswith(CONTAINER_NAME) else arg
+        arg.replace("{job_id}", instance) if arg.startswith(CONTAINER_NAME) else arg
         for arg in launch.get("step", [])
     ]
     return [*step, *launch.get("env", []), *launcher]

@@ -20,18 +20,24 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from ..core import pids, states
-from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT, requeue_mark
+from ..core.contract import (
+    ALREADY_REQUEUED,
+    ENV_CONTAINER,
+    ENV_SIGNAL,
+    REQUEUE_EXIT,
+    requeue_mark,
+)
 from ..core.fsutil import atomic_write_json, read_json
 from ..core.jobcontract import JobContract
 from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
-from ..core.rendezvous import fill, rendezvous
+from ..core.rendezvous import CONTAINER_NAME, fill, rendezvous
 from ..core.values import format_value
-from . import datacache, requeue
+from . import containers, datacache, requeue
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
@@ -217,6 +223,7 @@ class TrialRun(Attempt):
             return
         self._record(states.RUNNING, None)
         argv, env = self._command()
+        self._containers(argv)
         with open(self.sweep.output(self.id), "ab") as log, self._stderr() as err:
             out = err or log
             self._header(log, out)
@@ -232,15 +239,45 @@ class TrialRun(Attempt):
         """The command's argv (with its launcher prefix) and its environment (the module's
         docstring)."""
         attempt = self.status["attempts"][-1]
+        base: Mapping[str, str] = os.environ
+        job = os.environ.get("SLURM_JOB_ID")
+        if job and any(a.startswith(CONTAINER_NAME) for a in self.config.launch.get("step", [])):
+            base = {**os.environ, ENV_CONTAINER: containers.instance(job, attempt["n"])}
         return step(
             self.config,
             self.row,
-            os.environ,
+            base,
             sweep_root=self.sweep.root,
             trial_dir=self.dir,
             attempt=attempt["n"],
             signal=self.policy.signal,
         )
+
+    def _containers(self, argv: Sequence[str]) -> None:
+        """Under Slurm, with a named container: record this attempt's name, and remove the
+        ones earlier attempts left (:mod:`.containers`)."""
+        name = containers.named(argv) if os.environ.get("SLURM_JOB_ID") else None
+        if name is None:
+            return
+        *before, attempt = self.status["attempts"]
+        attempt["container_name"] = name
+        left = {
+            a["container_name"]: a
+            for a in before
+            if a.get("container_name") and not a.get("removed")
+        }
+        for gone in containers.remove(left, os.environ):
+            left[gone]["removed"] = True
+        self._record(states.RUNNING, None)
+
+    def _remove_container(self) -> None:
+        """Remove this attempt's named container on every node (when it has one)."""
+        attempt = self.status["attempts"][-1]
+        if attempt.get("container_name") and containers.remove(
+            [attempt["container_name"]], os.environ
+        ):
+            attempt["removed"] = True
+            atomic_write_json(self.status_path, self.status)
 
     def _header(self, log: IO[bytes], out: IO[bytes]) -> None:
         """The attempt's first line, in output.log (and the stderr file); where it begins."""
@@ -345,6 +382,7 @@ class TrialRun(Attempt):
         outcome, by_slurm = self.outcome(code, no_start, self.status["attempts"][:-1])
         self.close(attempt, outcome, code)
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
+        self._remove_container()
         if by_slurm and outcome.code == REQUEUE_EXIT:
             return ALREADY_REQUEUED
         return outcome.code

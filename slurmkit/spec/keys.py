@@ -402,8 +402,8 @@ KEYS: tuple[Key, ...] = (
     Key(
         "container.name",
         "str",
-        "`--container-name=NAME-<image digest>[:FLAG]`, FLAG one of `auto`, `create`, `exec`, "
-        "`no_exec`",
+        "`--container-name=NAME-<image digest>-<attempt>[:FLAG]`, FLAG one of `auto`, `create`, "
+        "`exec`, `no_exec`: one container per attempt, removed from its nodes when it ends",
     ),
     Key(
         "launcher",
