@@ -140,3 +140,22 @@ def test_each_attempt_runs_in_its_own_container_and_removes_it(tmp_path, spec_fi
         (first, True),
         (second, True),
     ]
+
+
+def test_adopt_and_release_keep_the_record_for_both_supervisors(fake_slurm):
+    """The function supervisor (fnjob) and TrialRun share adopt/release: the last attempt's
+    name recorded, earlier leftovers removed, its own removed at the end."""
+    state = Path(fake_slurm["FAKE_STATE"])
+    (state / "pyxis_t-7.1.aaa").touch()  # attempt 1's, never removed
+    env = {**os.environ, **fake_slurm, "SLURM_JOB_ID": "7", "SLURM_NNODES": "1"}
+    attempts = [{"n": 1, "container_name": "t-7.1.aaa"}, {"n": 2}]
+    step = ["srun", "--container-name=t-{job_id}"]
+    named = containers.named_env(step, env, 2)
+    argv = fill({"step": step}, {**named, "MASTER_ADDR": "x", "MASTER_PORT": "1"})
+    assert containers.adopt(argv, attempts, env)
+    assert attempts[0]["removed"] and not list(state.iterdir())
+    (state / f"pyxis_{attempts[1]['container_name']}").touch()  # the step made it
+    assert containers.release(attempts[1], env) and attempts[1]["removed"]
+    assert not list(state.iterdir())
+    assert not containers.adopt(["srun", "x"], [{"n": 1}], env)  # no name: nothing recorded
+    assert containers.named_env(["srun", "x"], env, 1) is env

@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from ..core.contract import ENV_CONTAINER
 from ..core.rendezvous import CONTAINER_NAME
 
 # Run by `sh -c` on each node, NAME as $1: pyxis's names for it in the global scope
@@ -34,6 +36,17 @@ REMOVE_TIMEOUT = 120.0  # seconds for the removal on every node
 def instance(job_id: str, attempt: int) -> str:
     """This attempt's part of the container name."""
     return f"{job_id}.{attempt}.{os.urandom(3).hex()}"
+
+
+def named_env(
+    launch_step: Sequence[str], env: Mapping[str, str], attempt: int
+) -> Mapping[str, str]:
+    """``env`` with this attempt's instance (:data:`ENV_CONTAINER`) when, under Slurm, the step
+    names a container; else ``env`` as it is."""
+    job = env.get("SLURM_JOB_ID")
+    if job and any(arg.startswith(CONTAINER_NAME) for arg in launch_step):
+        return {**env, ENV_CONTAINER: instance(job, attempt)}
+    return env
 
 
 def named(argv: Sequence[str]) -> str | None:
@@ -60,6 +73,31 @@ def remove_argv(name: str, nodes: str) -> list[str]:
         "slurmkit-container-cleanup",
         name,
     ]
+
+
+def adopt(argv: Sequence[str], attempts: list[dict[str, Any]], env: Mapping[str, str]) -> bool:
+    """Under Slurm, with a named container in ``argv``: record it in the last of ``attempts``
+    and remove the ones earlier attempts left; whether the record changed (to be saved)."""
+    name = named(argv) if env.get("SLURM_JOB_ID") else None
+    if name is None:
+        return False
+    *before, attempt = attempts
+    attempt["container_name"] = name
+    left = {
+        a["container_name"]: a for a in before if a.get("container_name") and not a.get("removed")
+    }
+    for gone in remove(left, env):
+        left[gone]["removed"] = True
+    return True
+
+
+def release(attempt: dict[str, Any], env: Mapping[str, str]) -> bool:
+    """Remove the attempt's named container on every node; whether it was (to be saved)."""
+    name = attempt.get("container_name")
+    if not name or not remove([name], env):
+        return False
+    attempt["removed"] = True
+    return True
 
 
 def remove(names: Iterable[str], env: Mapping[str, str]) -> list[str]:

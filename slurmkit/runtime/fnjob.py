@@ -46,7 +46,7 @@ from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT, requeue_
 from ..core.fsutil import Damaged, atomic_write_json, read_record
 from ..core.jobcontract import JobContract
 from ..core.rendezvous import fill, rendezvous
-from . import early, requeue
+from . import containers, early, requeue
 from .attempt import Attempt, runtime_env
 
 if __name__ == "__main__" and sys.argv[1:2] == ["supervise"]:
@@ -260,8 +260,11 @@ class Supervisor(Attempt):
 
     def start(self) -> bool:
         """Start the step; False when a stop signal came first (it does not start)."""
-        env = self.environment()
-        argv = fill({"step": self.argv}, env)  # the job id in --container-name
+        attempt = self.record["attempts"][-1]
+        env = dict(containers.named_env(self.argv, self.environment(), attempt["n"]))
+        argv = fill({"step": self.argv}, env)  # this attempt's instance in --container-name
+        if containers.adopt(argv, self.record["attempts"], env):
+            self.save()
         return self.launch(
             argv, self.say, stdin=subprocess.DEVNULL, env=env, cwd=self.config.workdir or None
         )
@@ -306,6 +309,8 @@ class Supervisor(Attempt):
         self.close(attempt, outcome, code)
         self.record.update(state=outcome.state, cause=outcome.cause, reason=outcome.reason)
         self.save()
+        if containers.release(attempt, os.environ):
+            self.save()
         if outcome.state == states.REQUEUED:
             self.say(f"{outcome.reason}")
             return ALREADY_REQUEUED if by_slurm else REQUEUE_EXIT

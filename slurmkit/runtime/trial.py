@@ -26,7 +26,6 @@ from typing import IO, Any
 from ..core import pids, states
 from ..core.contract import (
     ALREADY_REQUEUED,
-    ENV_CONTAINER,
     ENV_SIGNAL,
     REQUEUE_EXIT,
     requeue_mark,
@@ -35,7 +34,7 @@ from ..core.fsutil import atomic_write_json, read_json
 from ..core.jobcontract import JobContract
 from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
-from ..core.rendezvous import CONTAINER_NAME, fill, rendezvous
+from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
 from . import containers, datacache, requeue
 from .attempt import Attempt, node, runtime_env
@@ -239,10 +238,7 @@ class TrialRun(Attempt):
         """The command's argv (with its launcher prefix) and its environment (the module's
         docstring)."""
         attempt = self.status["attempts"][-1]
-        base: Mapping[str, str] = os.environ
-        job = os.environ.get("SLURM_JOB_ID")
-        if job and any(a.startswith(CONTAINER_NAME) for a in self.config.launch.get("step", [])):
-            base = {**os.environ, ENV_CONTAINER: containers.instance(job, attempt["n"])}
+        base = containers.named_env(self.config.launch.get("step", []), os.environ, attempt["n"])
         return step(
             self.config,
             self.row,
@@ -254,29 +250,13 @@ class TrialRun(Attempt):
         )
 
     def _containers(self, argv: Sequence[str]) -> None:
-        """Under Slurm, with a named container: record this attempt's name, and remove the
-        ones earlier attempts left (:mod:`.containers`)."""
-        name = containers.named(argv) if os.environ.get("SLURM_JOB_ID") else None
-        if name is None:
-            return
-        *before, attempt = self.status["attempts"]
-        attempt["container_name"] = name
-        left = {
-            a["container_name"]: a
-            for a in before
-            if a.get("container_name") and not a.get("removed")
-        }
-        for gone in containers.remove(left, os.environ):
-            left[gone]["removed"] = True
-        self._record(states.RUNNING, None)
+        """A named container: this attempt's, and what earlier ones left (:mod:`.containers`)."""
+        if containers.adopt(argv, self.status["attempts"], os.environ):
+            self._record(states.RUNNING, None)
 
     def _remove_container(self) -> None:
         """Remove this attempt's named container on every node (when it has one)."""
-        attempt = self.status["attempts"][-1]
-        if attempt.get("container_name") and containers.remove(
-            [attempt["container_name"]], os.environ
-        ):
-            attempt["removed"] = True
+        if containers.release(self.status["attempts"][-1], os.environ):
             atomic_write_json(self.status_path, self.status)
 
     def _header(self, log: IO[bytes], out: IO[bytes]) -> None:
