@@ -425,20 +425,15 @@ def _envs(
     env_prepend = _env_paths(data, "env_prepend", source)
     env_append = _env_paths(data, "env_append", source)
     env_runtime = _env_runtime(data, source)
-    for name in env_runtime.keys() & env_default.keys():
-        raise SpecError(
-            f"{name} is set in env_default as well",
-            file=source,
-            key=f"env_runtime.{name}",
-            hint="set each variable in one of env_default and env_runtime",
-        )
-    for name in env_runtime.keys() & env.keys():
-        raise SpecError(
-            f"{name} is set in env as well",
-            file=source,
-            key=f"env_runtime.{name}",
-            hint="set each variable in one of env (as written) and env_runtime (filled in)",
-        )
+    for block, names in (("env_default", env_default), ("env", env)):
+        for name in env_runtime.keys() & names.keys():
+            raise SpecError(
+                f"{name} is set in {block} as well",
+                file=source,
+                key=f"env_runtime.{name}",
+                hint=f"set each variable in one of {block} (as written) and env_runtime "
+                "(filled in)",
+            )
     return env, env_default, env_prepend, env_append, env_runtime
 
 
