@@ -21,6 +21,7 @@ from conftest import ROOT, SLURMKIT
 from s3server import BUCKET, SECRET, Server, env_for
 
 from slurmkit import stage as lib
+from slurmkit.stage.ranged import s3_range
 from slurmkit.errors import UserError
 
 PART_MIB = 4  # --part-size in the tests: the large files below take 4 and 7 parts
@@ -178,7 +179,7 @@ def test_a_streamed_part_cut_short_is_asked_again_from_where_it_stopped(tmp_path
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
     os.ftruncate(fd, len(data))
     try:
-        crc = lib._s3_range(FS(), "k", 1 << 20, 5 << 20, fd, "s3://b/k")
+        crc = s3_range(FS(), "k", 1 << 20, 5 << 20, fd, "s3://b/k")
     finally:
         os.close(fd)
     assert crc == zlib.crc32(data[1 << 20 :])
