@@ -38,15 +38,17 @@ class _Backends(click.Choice):
 
 BACKEND = _Backends()
 
-# The operating commands (:mod:`slurmkit.cliops`) load only when one runs: their first help
+# The other commands (:mod:`slurmkit.cliops`) load only when one runs: their first help
 # paragraph is written here too, so that `slurmkit --help` lists them without loading them
 # (tests/test_cli.py holds each to its command's own).
 _LATER = {
+    "cancel": "Cancel every queued and running trial of the sweep (one scancel call).",
     "completion": "Print the shell completion script for SHELL (commands, options, files and "
     "directories).",
     "doctor": "Check that this cluster runs slurmkit's jobs as it should: each check ok, warn "
     "or fail with a hint. Exits 1 when a check fails.",
     "image": "Container images on the shared filesystem.",
+    "logs": "Print a trial's output (TRIAL: its index or a prefix of its id).",
     "preflight": "Run a short job on N nodes and measure what a big job needs: shared-filesystem "
     "write, read and create rates, a checkpoint save + restore (checksums compared), the GPUs "
     "against the allocation, an all_reduce across every rank (nccl on GPUs, gloo on CPUs) and "
@@ -64,8 +66,8 @@ _LATER = {
 
 
 class _Commands(click.Group):
-    """The ``slurmkit`` group: the everyday commands defined here, the operating ones
-    (:data:`_LATER`) loaded from :mod:`slurmkit.cliops` when asked for by name."""
+    """The ``slurmkit`` group: the commands defined here, the others (:data:`_LATER`) loaded
+    from :mod:`slurmkit.cliops` when asked for by name."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*self.commands, *_LATER})
@@ -599,55 +601,6 @@ def results(
         ui.print_csv(rows, columns)
     else:
         ui.print_results(rows, columns)
-
-
-@main.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
-@click.argument("trial", metavar="TRIAL")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until it ends.")
-@click.option("--slurm", "slurm_log", is_flag=True, help="Show Slurm's own log of the task.")
-@click.option(
-    "--stderr", is_flag=True, help="Show the stderr file (specs with logs.stderr: separate)."
-)
-@guarded
-def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool) -> None:
-    """Print a trial's output (TRIAL: its index or a prefix of its id).
-
-    \b
-    Examples:
-      slurmkit logs runs/lr-20261130-101500 3
-      slurmkit logs runs/lr-20261130-101500 9f2c1a -f
-    """
-    from .steer import log_path, trial_ended  # steer: status and the sweep directory
-
-    path = log_path(sweep_dir, trial, slurm_log, stderr)
-    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
-
-    ui.print_file(path, follow, trial_ended(sweep_dir, trial))
-
-
-@main.command()
-@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
-@click.option("--dry-run", is_flag=True, help="Say what would be cancelled; cancel nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was cancelled as JSON.")
-@guarded
-def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
-    """Cancel every queued and running trial of the sweep (one scancel call).
-
-    \b
-    Examples:
-      slurmkit cancel runs/lr-20261130-101500 --dry-run
-      slurmkit cancel runs/lr-20261130-101500
-    """
-    from .steer import cancel as do_cancel  # steer: status and the backends
-
-    done = do_cancel(sweep_dir, dry_run)
-    warn(done.warnings)
-    if as_json:
-        emit_json(done.as_dict())
-    else:
-        what = ", ".join(done.texts)
-        click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")
 
 
 def run() -> None:

@@ -1,7 +1,8 @@
-"""The operating commands: ``image``, ``stage``, ``doctor``, ``preflight``, ``report``,
-``unlock``, ``schema`` and ``completion``. Loaded only when one of them runs (or is completed):
-``slurmkit --help`` and the everyday commands in :mod:`slurmkit.cli` do without their ~50
-options.
+"""The commands loaded only when one of them runs (or is completed): the operating ones
+(``image``, ``stage``, ``doctor``, ``preflight``, ``report``, ``unlock``, ``schema`` and
+``completion``), ``logs`` and ``cancel``. ``slurmkit --help`` and the commands in
+:mod:`slurmkit.cli` (``sweep``, ``submit``, ``render``, ``status``, ``results``) do without their
+~55 options.
 """
 
 from __future__ import annotations
@@ -410,6 +411,55 @@ def schema(config: bool) -> None:
     from .spec.schema import json_schema  # the table of keys, as JSON Schema
 
     click.echo(json.dumps(json_schema(config=config), indent=2))
+
+
+@click.command()
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
+@click.argument("trial", metavar="TRIAL")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until it ends.")
+@click.option("--slurm", "slurm_log", is_flag=True, help="Show Slurm's own log of the task.")
+@click.option(
+    "--stderr", is_flag=True, help="Show the stderr file (specs with logs.stderr: separate)."
+)
+@guarded
+def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool) -> None:
+    """Print a trial's output (TRIAL: its index or a prefix of its id).
+
+    \b
+    Examples:
+      slurmkit logs runs/lr-20261130-101500 3
+      slurmkit logs runs/lr-20261130-101500 9f2c1a -f
+    """
+    from .steer import log_path, trial_ended  # steer: status and the sweep directory
+
+    path = log_path(sweep_dir, trial, slurm_log, stderr)
+    from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+    ui.print_file(path, follow, trial_ended(sweep_dir, trial))
+
+
+@click.command()
+@click.argument("sweep_dir", metavar="DIR", shell_complete=complete_dirs)
+@click.option("--dry-run", is_flag=True, help="Say what would be cancelled; cancel nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was cancelled as JSON.")
+@guarded
+def cancel(sweep_dir: str, dry_run: bool, as_json: bool) -> None:
+    """Cancel every queued and running trial of the sweep (one scancel call).
+
+    \b
+    Examples:
+      slurmkit cancel runs/lr-20261130-101500 --dry-run
+      slurmkit cancel runs/lr-20261130-101500
+    """
+    from .steer import cancel as do_cancel  # steer: status and the backends
+
+    done = do_cancel(sweep_dir, dry_run)
+    warn(done.warnings)
+    if as_json:
+        emit_json(done.as_dict())
+    else:
+        what = ", ".join(done.texts)
+        click.echo(f"{'would cancel' if dry_run else 'cancelled'}: {what or 'nothing to cancel'}")
 
 
 @click.command()
