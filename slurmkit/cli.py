@@ -54,6 +54,7 @@ _LATER = {
     "against the allocation, an all_reduce across every rank (nccl on GPUs, gloo on CPUs) and "
     "the requeue signal's way to the job. Exits 1 when a check fails (or a figure is below "
     "--min-fs-gbps / --min-busbw), 0 otherwise.",
+    "render": "Print the batch script(s) of a job or sweep spec (nothing is created or submitted).",
     "report": "Where the time and money of sweeps went: queue delay, run time, attempts and why "
     "they ended, GPU-hours useful and lost, failure rate and cost per successful trial; from "
     "ONE accounting query (sacct) joined with the sweep directories.",
@@ -103,7 +104,7 @@ _ENVIRONMENT = {
 }
 
 
-def _files(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
+def complete_files(_ctx: Any, _param: Any, incomplete: str) -> list[Any]:
     """Shell completion of a SPEC: the shell's own file names."""
     from click.shell_completion import CompletionItem  # only when completing
 
@@ -242,7 +243,7 @@ def main() -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": False})
-@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...", shell_complete=_files)
+@click.argument("args", nargs=-1, metavar="SPEC [OVERRIDES]...", shell_complete=complete_files)
 @click.option(
     "--resume",
     "resume_dir",
@@ -366,7 +367,7 @@ def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
 
 @main.command()
 @click.argument(
-    "args", nargs=-1, metavar="JOB [OVERRIDES]...", required=True, shell_complete=_files
+    "args", nargs=-1, metavar="JOB [OVERRIDES]...", required=True, shell_complete=complete_files
 )
 @click.option(
     "--backend",
@@ -424,88 +425,6 @@ def submit(
     )
     reporter.stop()
     _outcome(result, as_json)
-
-
-@main.command()
-@click.argument(
-    "args", nargs=-1, metavar="SPEC [OVERRIDES]...", required=True, shell_complete=_files
-)
-@click.option("--plain", is_flag=True, help="A self-contained script for plain sbatch.")
-@click.option(
-    "--submitit",
-    is_flag=True,
-    help="The submitit executor that slurmkit.executor() makes of a job spec, as JSON.",
-)
-@click.option(
-    "--exact",
-    is_flag=True,
-    help="What the runtime hands to srun for one trial: its argv and the variables it sets "
-    "(for an example job 4242 on node-001...), to diff against a script you port.",
-)
-@click.option("--trial", type=int, default=0, show_default=True, help="The trial --exact shows.")
-@click.option("--json", "as_json", is_flag=True, help="--exact as JSON: argv and env.")
-@guarded
-def render(
-    args: tuple[str, ...], plain: bool, submitit: bool, exact: bool, trial: int, as_json: bool
-) -> None:
-    """Print the batch script(s) of a job or sweep spec (nothing is created or submitted).
-
-    \b
-    Examples:
-      slurmkit render sweeps/ddp.yaml resources.nodes=4
-      slurmkit render sweeps/lr.yaml --plain > lr.sbatch
-      slurmkit render sweeps/ddp.yaml launcher=srun --submitit
-      slurmkit render sweeps/quickstart.yaml --exact --trial 3
-    """
-    if sum((plain, submitit, exact)) > 1:
-        raise click.UsageError("--plain, --submitit and --exact do not go together")
-    if as_json and not exact:
-        raise click.UsageError("--json goes with --exact")
-    if exact:
-        return _render_exact(args, trial, as_json)
-    if submitit:
-        from .errors import UserError
-        from .executors import executor_config  # no submitit needed to show it
-
-        try:
-            config = executor_config(args[0], args[1:])
-        except UserError as exc:  # the function you submit is the command: leave the spec's out
-            if exc.key != "command":
-                raise
-            config = executor_config(args[0], [*args[1:], "~command"])
-        import json
-
-        click.echo(json.dumps(config, indent=2, default=str))
-        return
-    from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
-    from .spec import load  # spec: PyYAML and the override parser (~15 ms)
-
-    spec = load(args[0], args[1:], job=True)
-    if plain:
-        click.echo(lib.render_standalone(spec, args[0]), nl=False)
-    else:
-        result = lib.submit(spec, backend="auto", dry_run=True)
-        click.echo("\n".join(result.scripts), nl=False)
-
-
-def _render_exact(args: tuple[str, ...], index: int, as_json: bool) -> None:
-    """``render --exact``: trial ``index``'s srun argv and the variables the runtime sets."""
-    import os
-    import shlex
-
-    from .preview import EXAMPLE_JOB, exact
-    from .spec import load
-
-    spec = load(args[0], args[1:], job=True)
-    argv, env = exact(spec, index, os.getcwd())
-    if as_json:
-        emit_json({"trial": index, "job_id": EXAMPLE_JOB, "argv": argv, "env": env})
-        return
-    click.echo(f"# trial {index}, as job {EXAMPLE_JOB} would run it; the runtime runs this argv")
-    click.echo(" \\\n  ".join(shlex.quote(a) for a in argv))
-    click.echo("# with these variables set (the batch shell's others pass through unchanged)")
-    for name in sorted(env):
-        click.echo(f"{name}={shlex.quote(env[name])}")
 
 
 @main.command()

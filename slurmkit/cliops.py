@@ -1,8 +1,8 @@
 """The commands loaded only when one of them runs (or is completed): the operating ones
 (``image``, ``stage``, ``doctor``, ``preflight``, ``report``, ``unlock``, ``schema`` and
-``completion``), ``logs`` and ``cancel``. ``slurmkit --help`` and the commands in
-:mod:`slurmkit.cli` (``sweep``, ``submit``, ``render``, ``status``, ``results``) do without their
-~55 options.
+``completion``), ``render``, ``logs`` and ``cancel``. ``slurmkit --help`` and the commands in
+:mod:`slurmkit.cli` (``sweep``, ``submit``, ``status``, ``results``) do without their ~60
+options.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from .cli import complete_dirs, emit_json, guarded, main, warn
+from .cli import complete_dirs, complete_files, emit_json, guarded, main, warn
 
 
 @click.group()
@@ -411,6 +411,88 @@ def schema(config: bool) -> None:
     from .spec.schema import json_schema  # the table of keys, as JSON Schema
 
     click.echo(json.dumps(json_schema(config=config), indent=2))
+
+
+@click.command()
+@click.argument(
+    "args", nargs=-1, metavar="SPEC [OVERRIDES]...", required=True, shell_complete=complete_files
+)
+@click.option("--plain", is_flag=True, help="A self-contained script for plain sbatch.")
+@click.option(
+    "--submitit",
+    is_flag=True,
+    help="The submitit executor that slurmkit.executor() makes of a job spec, as JSON.",
+)
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="What the runtime hands to srun for one trial: its argv and the variables it sets "
+    "(for an example job 4242 on node-001...), to diff against a script you port.",
+)
+@click.option("--trial", type=int, default=0, show_default=True, help="The trial --exact shows.")
+@click.option("--json", "as_json", is_flag=True, help="--exact as JSON: argv and env.")
+@guarded
+def render(
+    args: tuple[str, ...], plain: bool, submitit: bool, exact: bool, trial: int, as_json: bool
+) -> None:
+    """Print the batch script(s) of a job or sweep spec (nothing is created or submitted).
+
+    \b
+    Examples:
+      slurmkit render sweeps/ddp.yaml resources.nodes=4
+      slurmkit render sweeps/lr.yaml --plain > lr.sbatch
+      slurmkit render sweeps/ddp.yaml launcher=srun --submitit
+      slurmkit render sweeps/quickstart.yaml --exact --trial 3
+    """
+    if sum((plain, submitit, exact)) > 1:
+        raise click.UsageError("--plain, --submitit and --exact do not go together")
+    if as_json and not exact:
+        raise click.UsageError("--json goes with --exact")
+    if exact:
+        return render_exact(args, trial, as_json)
+    if submitit:
+        from .errors import UserError
+        from .executors import executor_config  # no submitit needed to show it
+
+        try:
+            config = executor_config(args[0], args[1:])
+        except UserError as exc:  # the function you submit is the command: leave the spec's out
+            if exc.key != "command":
+                raise
+            config = executor_config(args[0], [*args[1:], "~command"])
+        import json
+
+        click.echo(json.dumps(config, indent=2, default=str))
+        return
+    from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
+    from .spec import load  # spec: PyYAML and the override parser (~15 ms)
+
+    spec = load(args[0], args[1:], job=True)
+    if plain:
+        click.echo(lib.render_standalone(spec, args[0]), nl=False)
+    else:
+        result = lib.submit(spec, backend="auto", dry_run=True)
+        click.echo("\n".join(result.scripts), nl=False)
+
+
+def render_exact(args: tuple[str, ...], index: int, as_json: bool) -> None:
+    """``render --exact``: trial ``index``'s srun argv and the variables the runtime sets."""
+    import os
+    import shlex
+
+    from .preview import EXAMPLE_JOB, exact
+    from .spec import load
+
+    spec = load(args[0], args[1:], job=True)
+    argv, env = exact(spec, index, os.getcwd())
+    if as_json:
+        emit_json({"trial": index, "job_id": EXAMPLE_JOB, "argv": argv, "env": env})
+        return
+    click.echo(f"# trial {index}, as job {EXAMPLE_JOB} would run it; the runtime runs this argv")
+    click.echo(" \\\n  ".join(shlex.quote(a) for a in argv))
+    click.echo("# with these variables set (the batch shell's others pass through unchanged)")
+    for name in sorted(env):
+        click.echo(f"{name}={shlex.quote(env[name])}")
 
 
 @click.command()
