@@ -206,20 +206,31 @@ def _node_job(root: str, nodes: int, partition: str | None) -> dict[str, Any]:
 
 
 def checks(f: Facts) -> list[Check]:
-    """Every check, from what :func:`gather` found (pure)."""
-    out: list[Check] = []
+    """Every check, from what :func:`gather` found (pure): the controller's first (the rest need
+    one that answers), then the cluster's, the configuration's, the nodes' and this machine's."""
+    out = _controller_checks(f)
+    if out[-1].level == FAIL:
+        return out + _local_checks(f)
+    out += _cluster_checks(f)
+    out += [_preemption(f.config), _requeue(f.config), _accounting(f), _pyxis(f.srun_help)]
+    if f.nodes is not None:
+        out += _node_checks(f.nodes)
+    return out + _local_checks(f)
+
+
+def _controller_checks(f: Facts) -> list[Check]:
+    """Slurm's commands and the controller: a failed one ends the list (the last one FAIL)."""
     missing = [t for t in TOOLS if not f.tools.get(t)]
     if "sbatch" in missing or "squeue" in missing:
-        out.append(
+        return [
             Check(
                 "slurm commands",
                 FAIL,
                 f"missing: {', '.join(missing)}",
                 "run on a Slurm login node (or use --backend local)",
             )
-        )
-        return out + _local_checks(f)
-    out.append(
+        ]
+    out = [
         Check(
             "slurm commands",
             WARN if missing else OK,
@@ -227,7 +238,7 @@ def checks(f: Facts) -> list[Check]:
             + (f"; missing: {', '.join(missing)}" if missing else ""),
             "install Slurm's client tools" if missing else "",
         )
-    )
+    ]
     if f.conf_missing:
         out.append(
             Check(
@@ -237,8 +248,7 @@ def checks(f: Facts) -> list[Check]:
                 "point SLURM_CONF at the cluster's slurm.conf, or unset it",
             )
         )
-        return out + _local_checks(f)
-    if f.ping is None or "DOWN" in f.ping:
+    elif f.ping is None or "DOWN" in f.ping:
         out.append(
             Check(
                 "controller",
@@ -247,82 +257,83 @@ def checks(f: Facts) -> list[Check]:
                 "is slurmctld up? check SLURM_CONF",
             )
         )
-        return out + _local_checks(f)
-    out.append(Check("controller", OK, f.ping.splitlines()[0]))
+    else:
+        out.append(Check("controller", OK, f.ping.splitlines()[0]))
+    return out
+
+
+def _cluster_checks(f: Facts) -> list[Check]:
+    """Partitions, GRES and the limits of arrays and jobs."""
     up = [p for p in f.partitions if p[2] == "up"]
     gres = sorted({g for _, g, _ in f.partitions if g not in ("(null)", "")})
-    out.append(
+    c = f.config
+    limits = ", ".join(f"{k}={c[k]}" for k in ("MaxArraySize", "MaxJobCount") if k in c)
+    return [
         Check(
             "partitions",
             OK if up else FAIL,
             ", ".join(p[0] for p in f.partitions) or "none",
             "" if up else "no partition is up: ask the admins",
-        )
-    )
-    out.append(
+        ),
         Check(
             "GRES",
             OK if gres else WARN,
             ", ".join(gres) or "no GRES (no GPUs to ask for)",
             "" if gres else "gpus_per_node needs GresTypes=gpu and Gres= on the nodes",
-        )
-    )
-    c = f.config
-    limits = ", ".join(f"{k}={c[k]}" for k in ("MaxArraySize", "MaxJobCount") if k in c)
-    out.append(Check("limits", OK, limits + (f"; you: {f.submit_limit}" if f.submit_limit else "")))
+        ),
+        Check("limits", OK, limits + (f"; you: {f.submit_limit}" if f.submit_limit else "")),
+    ]
+
+
+def _preemption(c: dict[str, str]) -> Check:
+    """Whether a preempted job is requeued, and signalled first (so that it checkpoints)."""
     mode = c.get("PreemptMode", "")
     signals = "preempt_send_user_signal" in c.get("SlurmctldParameters", "")
     preempt = c.get("PreemptType", "preempt/none")
     if preempt.endswith("none") or mode.upper() in ("OFF", ""):
-        out.append(Check("preemption", OK, "none configured"))
-    elif "CANCEL" in mode.upper():
-        out.append(
-            Check(
-                "preemption",
-                WARN,
-                f"PreemptMode={mode}: preempted jobs are cancelled",
-                "requeue is moot there: ask for PreemptMode=REQUEUE",
-            )
+        return Check("preemption", OK, "none configured")
+    if "CANCEL" in mode.upper():
+        return Check(
+            "preemption",
+            WARN,
+            f"PreemptMode={mode}: preempted jobs are cancelled",
+            "requeue is moot there: ask for PreemptMode=REQUEUE",
         )
-    elif not signals:
-        out.append(
-            Check(
-                "preemption",
-                WARN,
-                f"PreemptMode={mode} without preempt_send_user_signal",
-                "preempted jobs get no USR2, so nothing checkpoints: ask for "
-                "SlurmctldParameters=preempt_send_user_signal",
-            )
+    if not signals:
+        return Check(
+            "preemption",
+            WARN,
+            f"PreemptMode={mode} without preempt_send_user_signal",
+            "preempted jobs get no USR2, so nothing checkpoints: ask for "
+            "SlurmctldParameters=preempt_send_user_signal",
         )
-    else:
-        out.append(Check("preemption", OK, f"PreemptMode={mode}, the job is signalled first"))
+    return Check("preemption", OK, f"PreemptMode={mode}, the job is signalled first")
+
+
+def _requeue(c: dict[str, str]) -> Check:
+    """Whether the cluster requeues jobs (JobRequeue)."""
     requeue = c.get("JobRequeue")
-    out.append(
-        Check(
-            "requeue",
-            OK if requeue != "0" else WARN,
-            f"JobRequeue={requeue or '?'}"
-            + (" (slurmkit's scripts pass --requeue)" if requeue == "0" else ""),
-            "" if requeue != "0" else "plain sbatch scripts without --requeue are not requeued",
-        )
+    return Check(
+        "requeue",
+        OK if requeue != "0" else WARN,
+        f"JobRequeue={requeue or '?'}"
+        + (" (slurmkit's scripts pass --requeue)" if requeue == "0" else ""),
+        "" if requeue != "0" else "plain sbatch scripts without --requeue are not requeued",
     )
-    acct = c.get("AccountingStorageType", "")
+
+
+def _accounting(f: Facts) -> Check:
+    """Whether sacct answers (exit codes of jobs gone from the queue, ``slurmkit report``)."""
+    acct = f.config.get("AccountingStorageType", "")
     if f.sacct:
-        out.append(Check("accounting", OK, acct or "sacct answers"))
-    else:
-        out.append(
-            Check(
-                "accounting",
-                WARN,
-                f"{acct or 'none'}: sacct does not answer",
-                "exit codes of jobs gone from the queue (MinJobAge) are unknown; "
-                "`slurmkit report` needs accounting",
-            )
-        )
-    out.append(_pyxis(f.srun_help))
-    if f.nodes is not None:
-        out += _node_checks(f.nodes)
-    return out + _local_checks(f)
+        return Check("accounting", OK, acct or "sacct answers")
+    return Check(
+        "accounting",
+        WARN,
+        f"{acct or 'none'}: sacct does not answer",
+        "exit codes of jobs gone from the queue (MinJobAge) are unknown; "
+        "`slurmkit report` needs accounting",
+    )
 
 
 def _pyxis(help_text: str) -> Check:
