@@ -309,24 +309,7 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
     ``SpecError`` naming ``source`` (the spec file) and the key, e.g. ``container.mounts[1]``."""
     data = _fields(container)
     reject_unknown(data, CONTAINER_KEYS, file=source, prefix="container.")
-    image = data.get("image")
-    if not isinstance(image, str) or not image:
-        raise SpecError(
-            "required: the image (a registry reference or a squashfs path)",
-            file=source,
-            key="container.image",
-            hint="image: nvcr.io/nvidia/pytorch:24.01-py3 or /mnt/data/images/x.sqsh",
-        )
-    try:
-        uri = enroot_uri(image)
-    except ValueError as exc:
-        raise SpecError(
-            f"{image!r}: {exc}",
-            file=source,
-            key="container.image",
-            hint="[USER@][REGISTRY/]IMAGE[:TAG] (nvcr.io/nvidia/pytorch:24.01-py3), or "
-            "a squashfs path from `enroot import -o`",
-        ) from None
+    image, uri = _image(data.get("image"), source)
     raw_mounts = data.get("mounts") or []
     if not isinstance(raw_mounts, list):
         raise SpecError(
@@ -347,12 +330,55 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
             hint=f"a path inside the container, e.g. /workspace, or {IMAGE_WORKDIR!r} to keep "
             "the image's WORKDIR",
         )
-    name, flag = data.get("name"), ""
+    name, flag = _name(data.get("name"), source)
+    keep = _env_keep(data.get("env_keep") or [], source)
+    return Container(
+        image=image,
+        uri=uri,
+        mounts=list(raw_mounts),
+        pyxis_mounts=rendered,
+        workdir=workdir,
+        env_keep=keep,
+        writable=_flag(data, "writable", source, None),
+        remap_root=_flag(data, "remap_root", source, None),
+        mount_home=_flag(data, "mount_home", source, False),
+        name=name,
+        name_flag=flag,
+        given=data,
+    )
+
+
+def _image(image: Any, source: str | None) -> tuple[str, str]:
+    """``container.image`` checked: the image and its enroot URI."""
+    if not isinstance(image, str) or not image:
+        raise SpecError(
+            "required: the image (a registry reference or a squashfs path)",
+            file=source,
+            key="container.image",
+            hint="image: nvcr.io/nvidia/pytorch:24.01-py3 or /mnt/data/images/x.sqsh",
+        )
+    try:
+        uri = enroot_uri(image)
+    except ValueError as exc:
+        raise SpecError(
+            f"{image!r}: {exc}",
+            file=source,
+            key="container.image",
+            hint="[USER@][REGISTRY/]IMAGE[:TAG] (nvcr.io/nvidia/pytorch:24.01-py3), or "
+            "a squashfs path from `enroot import -o`",
+        ) from None
+    return image, uri
+
+
+def _name(name: Any, source: str | None) -> tuple[str | None, str]:
+    """``container.name`` checked: the name (None: none given) and its ``:FLAG`` ('' without)."""
+    flag = ""
     if name is not None:
+        given = name
         name, _, flag = name.partition(":") if isinstance(name, str) else ("", "", "")
         if not _NAME.match(name):
             raise SpecError(
-                f"{data['name']!r} is not a container name",
+                f"{given!r} is not a container name",
                 file=source,
                 key="container.name",
                 hint="letters, digits, '_', '.', '-' (64 at most), optionally "
@@ -365,7 +391,11 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
                 key="container.name",
                 hint=f"allowed values after ':': {', '.join(NAME_FLAGS)}",
             )
-    keep = data.get("env_keep") or []
+    return name, flag
+
+
+def _env_keep(keep: Any, source: str | None) -> tuple[str, ...]:
+    """``container.env_keep`` checked: the names of the variables kept."""
     if isinstance(keep, str):
         keep = [keep]
     if not isinstance(keep, list):
@@ -375,20 +405,7 @@ def parse(container: Mapping[str, Any] | Any, source: str | None = None) -> Cont
             raise SpecError(
                 f"{var!r} is not a variable name", file=source, key=f"container.env_keep[{i}]"
             )
-    return Container(
-        image=image,
-        uri=uri,
-        mounts=list(raw_mounts),
-        pyxis_mounts=rendered,
-        workdir=workdir,
-        env_keep=tuple(keep),
-        writable=_flag(data, "writable", source, None),
-        remap_root=_flag(data, "remap_root", source, None),
-        mount_home=_flag(data, "mount_home", source, False),
-        name=name,
-        name_flag=flag,
-        given=data,
-    )
+    return tuple(keep)
 
 
 def check_paths(c: Container, submit_dir: str, source: str | None) -> None:
