@@ -99,30 +99,26 @@ def default_parallel() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def run(
-    sweep: SweepDir,
-    indices: Sequence[int],
-    *,
-    max_parallel: int | None = None,
-    on_done: Progress | None = None,
-) -> dict[int, int]:
-    """Run the given trials; return ``{index: exit_code}``. Ctrl-C or SIGTERM stops them all."""
-    config = store.config(sweep)
-    rows = {i: row for i, row in enumerate(store.manifest(sweep)) if row is not None}
-    parallel = max_parallel or default_parallel()
-    stop = threading.Event()
-    running: dict[int, TrialRun] = {}
-    lock = threading.Lock()
-    codes: dict[int, int] = {}
+class _Trials:
+    """The trials of one :func:`run`: :meth:`one` runs a trial (in a thread of the pool),
+    :meth:`halt` stops every one running."""
 
-    def one(index: int) -> int:
-        if index not in rows:  # its manifest line is damaged: nothing to run
+    def __init__(self, sweep: SweepDir, on_done: Progress | None) -> None:
+        self.sweep, self.on_done = sweep, on_done
+        self.config = store.config(sweep)
+        self.rows = {i: row for i, row in enumerate(store.manifest(sweep)) if row is not None}
+        self.stop = threading.Event()
+        self.running: dict[int, TrialRun] = {}
+        self.lock = threading.Lock()
+
+    def one(self, index: int) -> int:
+        if index not in self.rows:  # its manifest line is damaged: nothing to run
             return 2
-        trial = TrialRun(sweep, index, config=config, row=rows[index])
-        if stop.is_set():
+        trial = TrialRun(self.sweep, index, config=self.config, row=self.rows[index])
+        if self.stop.is_set():
             return -1
-        with lock:
-            running[index] = trial
+        with self.lock:
+            self.running[index] = trial
         try:
             holder = trial.claim(wait=1.0)  # a dead holder of this host is broken at once
             if holder is not None:
@@ -133,22 +129,34 @@ def run(
             if trial.already_completed():
                 return 0
             trial.start()
-            if stop.is_set():
+            if self.stop.is_set():
                 trial.terminate()
             return trial.wait()
         finally:
             trial.release()
-            with lock:
-                running.pop(index, None)
-            if on_done is not None and not stop.is_set():
-                on_done(trial, index)
+            with self.lock:
+                self.running.pop(index, None)
+            if self.on_done is not None and not self.stop.is_set():
+                self.on_done(trial, index)
 
-    def halt(signum: int = signal.SIGTERM) -> None:
-        stop.set()
-        with lock:
-            for trial in running.values():
+    def halt(self, signum: int = signal.SIGTERM) -> None:
+        self.stop.set()
+        with self.lock:
+            for trial in self.running.values():
                 trial.terminate(signum)
 
+
+def run(
+    sweep: SweepDir,
+    indices: Sequence[int],
+    *,
+    max_parallel: int | None = None,
+    on_done: Progress | None = None,
+) -> dict[int, int]:
+    """Run the given trials; return ``{index: exit_code}``. Ctrl-C or SIGTERM stops them all."""
+    trials = _Trials(sweep, on_done)
+    parallel = max_parallel or default_parallel()
+    codes: dict[int, int] = {}
     # The handler only records the signal: taking a lock in it could deadlock when a second
     # SIGTERM arrives while the first handler holds it (see slurmkit.runtime.preemption).
     signalled: list[int] = []
@@ -160,22 +168,22 @@ def run(
     todo = list(indices)
     try:
         while todo or futures:
-            if signalled and not stop.is_set():
-                halt(signalled[0])
-            while todo and len(futures) < parallel and not stop.is_set():
+            if signalled and not trials.stop.is_set():
+                trials.halt(signalled[0])
+            while todo and len(futures) < parallel and not trials.stop.is_set():
                 index = todo.pop(0)
-                futures[pool.submit(one, index)] = index
+                futures[pool.submit(trials.one, index)] = index
             if not futures:
                 break
             done, _ = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
             for fut in done:
                 codes[futures.pop(fut)] = fut.result()
     except KeyboardInterrupt:
-        halt(signal.SIGINT)
+        trials.halt(signal.SIGINT)
         raise
     finally:
-        if stop.is_set() or todo:
-            halt()
+        if trials.stop.is_set() or todo:
+            trials.halt()
         pool.shutdown(wait=True)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
