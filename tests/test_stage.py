@@ -21,8 +21,8 @@ from conftest import ROOT, SLURMKIT
 from s3server import BUCKET, SECRET, Server, env_for
 
 from slurmkit import stage as lib
-from slurmkit.stage.ranged import s3_range
 from slurmkit.errors import UserError
+from slurmkit.stage.ranged import s3_range
 
 PART_MIB = 4  # --part-size in the tests: the large files below take 4 and 7 parts
 SMALL = 1000
