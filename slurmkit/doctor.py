@@ -212,7 +212,8 @@ def checks(f: Facts) -> list[Check]:
     if out[-1].level == FAIL:
         return out + _local_checks(f)
     out += _cluster_checks(f)
-    out += [_preemption(f.config), _requeue(f.config), _accounting(f), _pyxis(f.srun_help)]
+    out += [_preemption(f.config), _requeue(f.config), requeue_hold(f.config, f.version)]
+    out += [_accounting(f), _pyxis(f.srun_help)]
     if f.nodes is not None:
         out += _node_checks(f.nodes)
     return out + _local_checks(f)
@@ -320,6 +321,50 @@ def _requeue(c: dict[str, str]) -> Check:
         + (" (slurmkit's scripts pass --requeue)" if requeue == "0" else ""),
         "" if requeue != "0" else "plain sbatch scripts without --requeue are not requeued",
     )
+
+
+CRED_EXPIRE = 120  # Slurm's default AuthInfo cred_expire (seconds)
+
+
+def requeue_hold(c: dict[str, str], version: str | None) -> Check:
+    """How long a requeued job waits before it may start again: ``requeue_delay`` where Slurm
+    has it (25.11+), else ``cred_expire`` + 1 s (``batch_requeue_fini``), and the admin's fix."""
+    auth = dict(
+        part.partition("=")[::2] for part in c.get("AuthInfo", "").split(",") if "=" in part
+    )
+    sched = dict(
+        part.partition("=")[::2]
+        for part in c.get("SchedulerParameters", "").split(",")
+        if "=" in part
+    )
+    expire = int(auth["cred_expire"]) if auth.get("cred_expire", "").isdigit() else CRED_EXPIRE
+    newer = _version(c.get("SLURM_VERSION") or version or "") >= (25, 11)
+    if newer and sched.get("requeue_delay", "").isdigit():
+        hold, why = (
+            int(sched["requeue_delay"]),
+            f"SchedulerParameters requeue_delay={sched['requeue_delay']}",
+        )
+    else:
+        hold, why = expire + 1, f"AuthInfo cred_expire={expire} s, + 1 s"
+    fix = (
+        "an admin can shorten it: SchedulerParameters=requeue_delay=2"
+        if newer
+        else "Slurm before 25.11 sets it from AuthInfo cred_expire (at least 5 s; it also "
+        "bounds how long a step's launch credential is good); 25.11 adds "
+        "SchedulerParameters=requeue_delay"
+    )
+    return Check(
+        "requeue hold",
+        OK,
+        f"a requeued job waits {hold} s before it may start again ({why})",
+        fix if hold > 10 else "",
+    )
+
+
+def _version(text: str) -> tuple[int, int]:
+    """``slurm 22.05.8`` or ``22.05.8`` as (22, 5); (0, 0) when it says no version."""
+    found = re.search(r"(\d+)\.(\d+)", text)
+    return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
 def _accounting(f: Facts) -> Check:

@@ -135,6 +135,7 @@ def test_doctor_on_the_test_cluster(slurm_cluster, tmp_path):
     ):
         assert found[name]["level"] == "ok", found[name]
     assert found["GRES"]["detail"] == "gpu:4" and "no pyxis" in found["pyxis"]["detail"]
+    assert "waits 121 s" in found["requeue hold"]["detail"]  # 22.05, cred_expire's default
     assert not list((tmp_path / "runs").glob(".slurmkit-doctor-*"))  # its tokens are gone
     people = run_cli("doctor", "--output-root", "/proc/nope")
     assert people.returncode == 1 and "not writable" in people.stdout
@@ -156,3 +157,23 @@ def test_a_wrong_slurm_conf_or_a_stopped_controller_fails_with_a_hint(tmp_path):
     assert "SLURM_CONF=/nope does not exist" in found["controller"]["detail"]
     down = by_name(checks(replace(HEALTHY, ping=None)))
     assert down["controller"].level == FAIL
+
+
+@pytest.mark.parametrize(
+    ("config", "version", "hold", "fix"),
+    [
+        ({}, "slurm 22.05.8", 121, "AuthInfo cred_expire"),  # Slurm's default: 120 + 1
+        ({"AuthInfo": "socket=/run/m.sock,cred_expire=30"}, "slurm 24.11.3", 31, "25.11 adds"),
+        ({"AuthInfo": "cred_expire=5"}, "slurm 23.02.1", 6, ""),  # short: no fix to give
+        ({"SchedulerParameters": "bf_interval=1,requeue_delay=2"}, "slurm 25.11.0", 2, ""),
+        ({"SchedulerParameters": "requeue_delay=30"}, "slurm 25.11.2", 30, "requeue_delay=2"),
+        ({"SchedulerParameters": "requeue_delay=2"}, "slurm 25.05.3", 121, "25.11 adds"),
+        ({}, "slurm 26.05.0", 121, "SchedulerParameters=requeue_delay=2"),
+    ],
+)
+def test_doctor_reports_the_requeue_hold_and_the_admins_fix(config, version, hold, fix):
+    """Slurm holds a requeued job for cred_expire + 1 s (requeue_delay from 25.11 on)."""
+    found = by_name(checks(Facts(**{**HEALTHY.__dict__, "config": config, "version": version})))
+    check = found["requeue hold"]
+    assert check.level == OK and f"waits {hold} s" in check.detail, check
+    assert (fix in check.hint) if fix else not check.hint, check
