@@ -38,7 +38,8 @@ lint: install
 
 # Linters, then unit tests + integration tests on a real 4-node Slurm cluster and an S3 server
 # (moto's, on 127.0.0.1: SLURMKIT_TEST_S3_URL, its request log SLURMKIT_TEST_S3_LOG), both started
-# (and stopped) by tests/suite.sh: the cluster's tests in one pytest process, the rest beside it.
+# (and stopped) by tests/suite.sh: the cluster tests split between two clusters, one pytest process
+# each, and the rest beside them.
 test: lint
 	PY=$(abspath $(PY)) bash tests/suite.sh $(PYTEST_ARGS)
 

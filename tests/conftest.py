@@ -21,7 +21,7 @@ from slurmkit.core.values import Choice
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
 sys.path.insert(0, os.path.dirname(__file__))
-pytest_plugins = ["slurm_fixtures"]
+pytest_plugins = ["slurm_fixtures", "cluster_shards"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = ROOT / "tests" / "payloads" / "trial.py"
