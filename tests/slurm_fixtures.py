@@ -151,6 +151,17 @@ class SlurmCluster:
         _poll(ended, timeout, f"jobs {left} to end", interval=0.5)
         return states
 
+    def settle(self, timeout: float = 60) -> None:
+        """Wait (at most ``timeout`` s, then go on) until no job is COMPLETING: ended or
+        cancelled, its processes still being cleaned up, about to leave the queue."""
+
+        def settled() -> bool:
+            proc = self.run("squeue", "-h", "-t", "CG", "-o", "%i", check=False)
+            return proc.returncode == 0 and not proc.stdout.strip()
+
+        with contextlib.suppress(TimeoutError):
+            _poll(settled, timeout, "completing jobs to leave the queue", interval=0.2)
+
     def release_requeued(self, job_id: str | int, timeout: float = 60) -> None:
         """Once requeued ``job_id`` is PENDING with Reason=BeginTime (~120 s wait), start it in 2 s.
 
@@ -270,3 +281,12 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLURM_CONF", conf)
         yield SlurmCluster(conf=Path(conf), dir=Path(conf).parent, env={**os.environ})
+
+
+@pytest.fixture(autouse=True)
+def _settled_queue(request: pytest.FixtureRequest) -> None:
+    """A test on the cluster starts once the jobs that earlier tests ended or cancelled have left
+    the queue: a test that counts the queue, or needs the nodes, does not see them go midway
+    (the order of the tests on one cluster is not fixed: tests/cluster_shards.py)."""
+    if "slurm_cluster" in request.fixturenames:
+        request.getfixturevalue("slurm_cluster").settle()
