@@ -41,6 +41,7 @@ SECONDS: dict[str, float] = {
     "test_data_block.py": 19,
     "test_cluster_preflight.py": 15,
     "test_pollcache.py": 4,
+    "test_papercuts.py": 2,
     "test_sweep_api.py": 4,
     "test_logs.py": 3,
     "test_doctor.py": 1,
