@@ -41,7 +41,7 @@ lint: install
 # (and stopped) by tests/suite.sh: the cluster tests split between two clusters, one pytest process
 # each, and the rest beside them.
 test: lint
-	PY=$(abspath $(PY)) bash tests/suite.sh $(PYTEST_ARGS)
+	SLURMKIT_FULL_SUITE=1 PY=$(abspath $(PY)) bash tests/suite.sh $(PYTEST_ARGS)
 
 # The fast inner loop (under a minute): no cluster, nothing marked slow. pytest keeps its
 # assertion-rewritten test modules in __pycache__ even where PYTHONDONTWRITEBYTECODE is set

@@ -536,3 +536,30 @@ def test_bad_env_default_names_the_key(spec_file, body, key, words):
     with pytest.raises(SpecError) as info:
         spec_mod.load(str(spec_file(f"command: x\nparams: {{a: [1]}}\n{body}")))
     assert info.value.key.startswith(key) and words in str(info.value), str(info.value)
+
+
+def test_make_test_tells_the_tests_the_full_suite_runs():
+    """The shellcheck test ran only under CI=true, and skipped under a developer's `make test`
+    (its other sign, SLURM_CONF, is unset in the process without the cluster): make test says
+    so itself now (papercut 23.9)."""
+    import re
+
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    recipe = re.search(r"^test: lint\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe and "SLURMKIT_FULL_SUITE=1" in recipe[1] and "tests/suite.sh" in recipe[1]
+
+
+@pytest.mark.slow
+def test_the_shellcheck_test_runs_when_make_test_says_so():
+    import subprocess
+    import sys
+
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         f"{Path(__file__).parent / 'test_render.py'}::"
+         "test_shellcheck_is_there_when_the_full_suite_runs"],
+        env={**os.environ, "SLURMKIT_FULL_SUITE": "1", "CI": "", "SLURM_CONF": ""},
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert "skipped" not in ran.stdout, ran.stdout
