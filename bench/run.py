@@ -68,6 +68,20 @@ def timed_pair(
     return a, b
 
 
+def submitit_baseline(tmp: Path, n: int) -> Path:
+    """The baseline of a submit: a script that submits ``n`` held calls through submitit's
+    ``map_array`` and prints the array's job id."""
+    script = tmp / "submitit_bench.py"
+    script.write_text(f"""
+import submitit
+ex = submitit.AutoExecutor(folder={str(tmp / "submitit")!r}, cluster='slurm')
+ex.update_parameters(slurm_additional_parameters={{'hold': True}}, timeout_min=10)
+jobs = ex.map_array(abs, range({n}))
+print(jobs[0].job_id.split('_')[0])
+""")
+    return script
+
+
 def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
     if proc.returncode != 0:
@@ -171,14 +185,7 @@ def bench_submit_status(repeat: int, n: int = 10_000) -> None:
     else:
         ours = timed(submit, repeat)
     row(f"sweep submit, {n} trials, limits asked", cold, ours, "limits kept", "(info)")
-    script = tmp / "submitit_bench.py"
-    script.write_text(f"""
-import submitit, sys
-ex = submitit.AutoExecutor(folder={str(tmp / "submitit")!r}, cluster='slurm')
-ex.update_parameters(slurm_additional_parameters={{'hold': True}}, timeout_min=10)
-jobs = ex.map_array(abs, range({n}))
-print(jobs[0].job_id.split('_')[0])
-""")
+    script = submitit_baseline(tmp, n)
     sub_ids: list[str] = []
     # the test cluster holds 100,000 jobs (finished ones for MinJobAge): 9 arrays at most
     rounds = repeat if BEFORE is None else max(1, 8 - 2 * repeat)

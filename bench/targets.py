@@ -165,14 +165,7 @@ def bench_submit_status(
         f"command: [/bin/true]\nparams: {{i: 'range(0,{n})'}}\n"
         f"output_root: {tmp / 'runs'}\nresources: {{extra: {{hold: true}}}}\n"
     )
-    script = tmp / "submitit_bench.py"
-    script.write_text(f"""
-import submitit
-ex = submitit.AutoExecutor(folder={str(tmp / "submitit")!r}, cluster='slurm')
-ex.update_parameters(slurm_additional_parameters={{'hold': True}}, timeout_min=10)
-jobs = ex.map_array(abs, range({n}))
-print(jobs[0].job_id.split('_')[0])
-""")
+    script = common.submitit_baseline(tmp, n)
     dirs: dict[str, list[str]] = {label: [] for label in trees}
     ids: list[str] = []
     cache = str(tmp / "cache")  # the user's submit limits, kept as between a user's submits
