@@ -46,7 +46,7 @@ from ..core.contract import ALREADY_REQUEUED, ENV_SIGNAL, REQUEUE_EXIT, requeue_
 from ..core.fsutil import Damaged, atomic_write_json, read_record
 from ..core.jobcontract import JobContract
 from ..core.rendezvous import fill, rendezvous
-from . import containers, early, requeue
+from . import containers, early, releaser, requeue
 from .attempt import Attempt, runtime_env
 
 if __name__ == "__main__" and sys.argv[1:2] == ["supervise"]:
@@ -313,6 +313,9 @@ class Supervisor(Attempt):
             self.save()
         if outcome.state == states.REQUEUED:
             self.say(f"{outcome.reason}")
+            if self.on_slurm:  # start again in seconds
+                stem = os.path.join(self.folder, f"{self.job}_release-{attempt['n']}")
+                releaser.submit(f"{stem}.json", f"{stem}.out", "submitit")
             return ALREADY_REQUEUED if by_slurm else REQUEUE_EXIT
         return outcome.code
 

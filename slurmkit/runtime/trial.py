@@ -36,7 +36,7 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import containers, datacache, requeue
+from . import containers, datacache, releaser, requeue
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
@@ -363,6 +363,15 @@ class TrialRun(Attempt):
         self.close(attempt, outcome, code)
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
         self._remove_container()
+        if self.on_slurm and outcome.state == states.REQUEUED:  # start again in seconds
+            n = attempt["n"]
+            releaser.submit(
+                f"{self.dir}/release-{n}.json",
+                f"{self.dir}/release-{n}.out",
+                os.environ.get("SLURM_JOB_NAME") or "slurmkit",
+                sweep=self.sweep.root,
+                trial=self.id,
+            )
         if by_slurm and outcome.code == REQUEUE_EXIT:
             return ALREADY_REQUEUED
         return outcome.code

@@ -1,0 +1,155 @@
+"""The requeue hold released on the real test cluster: a trial that checkpoints and asks for a
+requeue (time-limit signal, a requeue signal) starts again without waiting out Slurm's 121 s
+hold, in place (same job id), from its checkpoint, once, with the right cause; a user's
+``scancel`` as the new attempt starts still sticks; a user's start time is left alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import slurm_submit
+
+from slurmkit.core.release import epoch
+
+pytestmark = pytest.mark.cluster
+
+# The trial: the time of each attempt's first step (after loading its checkpoint) and of each
+# stop signal go to events.jsonl; on a stop it checkpoints (its step count) and exits 75.
+PAYLOAD = """
+import json, os, sys, time
+from slurmkit.runtime import preemption
+trial = os.environ["SLURMKIT_TRIAL_DIR"]
+ckpt = os.path.join(trial, "ckpt.json")
+step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+def event(**kw):
+    with open(os.path.join(trial, "events.jsonl"), "a") as fh:
+        fh.write(json.dumps({"t": time.time(), "attempt": os.environ["SLURMKIT_ATTEMPT"], **kw}) + "\\n")
+preemption.install()
+event(ev="step", step=step)
+steps = int(sys.argv[1])
+while step < steps:
+    if preemption.should_stop():
+        event(ev="stop", step=step, signals=preemption.received())
+        json.dump({"step": step}, open(ckpt, "w"))
+        preemption.exit_for_requeue()
+    time.sleep(0.1)
+    step += 1
+event(ev="done", step=step)
+"""
+
+
+def spec(tmp_path: Path, name: str, steps: int, extra: str = "") -> str:
+    script = tmp_path / "payload.py"
+    script.write_text(PAYLOAD)
+    return f"name: {name}\ncommand: [python, {script}, '{steps}']\nparams: {{x: [1]}}\n{extra}"
+
+
+def trial(root: str) -> Path:
+    row = json.loads((Path(root) / "trials.jsonl").read_text().splitlines()[0])
+    return Path(root) / "trials" / row["id"]
+
+
+def status(root: str) -> dict:
+    path = trial(root) / "status.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def events(root: str) -> list[dict]:
+    path = trial(root) / "events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(what: str, ready, timeout: float = 90) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if ready():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ended(root: str) -> bool:
+    return status(root).get("state") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def assert_released_once(root: str, cause: str, signal: str) -> None:
+    """Two attempts, the first stopped for ``cause``; the second resumed from its checkpoint;
+    the hold was released in place by the releaser job, before it would have ended."""
+    st = status(root)
+    assert st["state"] == "COMPLETED", st
+    first, second = st["attempts"]
+    assert (first["cause"], first["exit_code"], first["signals"]) == (cause, 75, [signal])
+    assert second["job_id"] == first["job_id"] and second["restart_count"] == "1"
+    evs = events(root)
+    stop = next(e for e in evs if e["ev"] == "stop")
+    assert [e["step"] for e in evs if e["ev"] == "step"] == [0, stop["step"]]  # resumed once
+    record = json.loads((trial(root) / "release-1.json").read_text())
+    assert record["by"] == "job"
+    assert record["job"] == f"{first['array_job_id']}_{first['array_task_id']}"
+    assert record["released_at"] < record["held_until"]  # the hold was cut short
+    assert second["start"] > record["released_at"]
+
+
+def test_a_requeue_signal_is_released_in_place(slurm_cluster, tmp_path):
+    result = slurm_submit(tmp_path, spec(tmp_path, "relsig", 150))
+    root = result["sweep_dir"]
+    wait_for("the first step", lambda: events(root))
+    first = status(root)["attempts"][0]
+    ref = f"{first['array_job_id']}_{first['array_task_id']}"
+    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    wait_for("the trial to end", lambda: ended(root), timeout=120)
+    assert_released_once(root, "preemption", "USR2")
+
+
+def test_a_time_limit_requeue_is_released_in_place(slurm_cluster, tmp_path):
+    # the signal comes 10-40 s into the first attempt (lead 50 of a 1-minute limit, checked
+    # every 30 s); the trial then needs a few seconds more
+    extra = "resources: {time: 1}\nrequeue: {lead: 50}\n"
+    result = slurm_submit(tmp_path, spec(tmp_path, "reltime", 500, extra))
+    root = result["sweep_dir"]
+    wait_for("the trial to end", lambda: ended(root), timeout=150)
+    assert_released_once(root, "timeout", "USR2")
+
+
+def test_a_cancel_as_the_released_attempt_starts_sticks(slurm_cluster, tmp_path):
+    result = slurm_submit(tmp_path, spec(tmp_path, "relcancel", 3000))
+    root = result["sweep_dir"]
+    wait_for("the first step", lambda: events(root))
+    first = status(root)["attempts"][0]
+    ref = f"{first['array_job_id']}_{first['array_task_id']}"
+    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    wait_for("the second attempt", lambda: len(status(root).get("attempts", [])) == 2, 120)
+    slurm_cluster.run("scancel", ref)
+    wait_for("the trial to end", lambda: ended(root), timeout=60)
+    slurm_cluster.wait_for_jobs([ref], timeout=60)
+    time.sleep(3)  # a requeue would show now: the task PENDING again, Restarts raised
+    [task] = slurm_cluster.jobs(ref)
+    assert (task["JobState"], task["Restarts"]) == ("CANCELLED", "1")
+    st = status(root)
+    assert st["state"] == "CANCELLED" and len(st["attempts"]) == 2, st
+    assert not (trial(root) / "release-2.json").exists()
+
+
+def test_a_users_start_time_is_left_alone(slurm_cluster, tmp_path):
+    result = slurm_submit(tmp_path, spec(tmp_path, "relbegin", 3000))
+    root = result["sweep_dir"]
+    wait_for("the first step", lambda: events(root))
+    first = status(root)["attempts"][0]
+    ref = f"{first['array_job_id']}_{first['array_task_id']}"
+    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+
+    def held() -> bool:
+        [job] = slurm_cluster.jobs(ref)
+        return job["JobState"] == "PENDING" and job["Reason"] == "BeginTime"
+
+    wait_for("the requeue hold", held, timeout=60)
+    slurm_cluster.run("scontrol", "update", f"jobid={ref}", "starttime=now+600")
+    time.sleep(8)  # the releaser looks again within a second and leaves it be
+    [job] = slurm_cluster.jobs(ref)
+    assert (job["JobState"], job["Reason"]) == ("PENDING", "BeginTime")
+    assert epoch(job["StartTime"]) > time.time() + 500
+    assert not (trial(root) / "release-1.json").exists()
+    slurm_cluster.run("scancel", ref)

@@ -1,0 +1,164 @@
+"""The requeue-hold release: the guard (slurmkit.core.release) and the releaser's loop
+(slurmkit.runtime.releaser.watch) against a scripted scheduler."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurmkit.core import release
+from slurmkit.core.release import GAP, Held, hold_seconds, plan, releasable, start_time
+from slurmkit.runtime import releaser
+
+T0 = 1_780_000_000.0
+HOLD = 121
+
+
+def held(**kw) -> Held:
+    base = dict(job="7_0", state="PENDING", reason="BeginTime", begin=T0 + HOLD, submit=T0)
+    return Held(**{**base, "restarts": 1, **kw})
+
+
+def test_a_requeue_hold_is_released_two_seconds_after_the_attempt_ended():
+    assert releasable(held(), HOLD) == T0 + GAP
+    assert plan([held()], HOLD, T0 + 5) == {"7_0": "now"}
+    assert plan([held()], HOLD, T0 + 1) == {"7_0": "now+1"}
+    assert plan([held()], HOLD, T0 - 3) == {}  # too early to say: ask again
+
+
+def test_the_guard_leaves_every_other_pending_job_alone():
+    assert releasable(held(restarts=0), HOLD) is None  # never ran: a --begin of the user's
+    assert releasable(held(reason="JobHeldUser"), HOLD) is None
+    assert releasable(held(reason="Resources"), HOLD) is None
+    assert releasable(held(state="RUNNING"), HOLD) is None
+    assert releasable(held(begin=T0 + 600), HOLD) is None  # the user moved it later
+    assert releasable(held(begin=None), HOLD) is None
+    assert releasable(held(submit=None), HOLD) is None
+    assert releasable(held(begin=T0 + HOLD + 1), HOLD) == T0 + GAP  # whole seconds
+    assert releasable(held(), 31) is None  # another cluster's hold
+
+
+@given(
+    begin=st.floats(0, 10_000),
+    submit=st.floats(0, 10_000),
+    restarts=st.integers(0, 5),
+    hold=st.integers(2, 1300),
+    now=st.floats(0, 20_000),
+    reason=st.sampled_from(["BeginTime", "Priority", "JobHeldUser", "Dependency"]),
+)
+def test_a_release_never_comes_early_nor_for_a_users_start(
+    begin, submit, restarts, hold, now, reason
+):
+    job = Held("1_2", "PENDING", reason, begin, submit, restarts)
+    out = plan([job], hold, now)
+    if out:
+        assert reason == "BeginTime" and restarts >= 1
+        assert abs(begin - submit - hold) <= release.SLACK
+        start = now if out["1_2"] == "now" else now + int(out["1_2"].removeprefix("now+"))
+        assert start >= submit + GAP
+
+
+def test_start_time_waits_at_most_gap_seconds():
+    assert start_time(10.0, 10.0) == "now"
+    assert start_time(10.0, 8.5) == "now+2"
+    assert start_time(10.0, 7.0) is None
+
+
+def test_the_hold_is_read_from_the_clusters_config():
+    assert hold_seconds({}) == (121, "AuthInfo cred_expire=120 s, + 1 s")
+    assert hold_seconds({"AuthInfo": "cred_expire=30"})[0] == 31
+    delay = {"SchedulerParameters": "requeue_delay=2", "SLURM_VERSION": "25.11.0"}
+    assert hold_seconds(delay)[0] == 2
+    assert hold_seconds({**delay, "SLURM_VERSION": "25.05.3"})[0] == 121
+
+
+def test_rows_from_squeue_and_scontrol():
+    text = "7_0|PENDING|BeginTime|2026-12-05T07:52:20|2026-12-05T07:50:19\nbad\n"
+    [row] = release.parse_squeue(text, {"7_0": 1})
+    assert row.job == "7_0" and row.begin is not None and row.begin - row.submit == 121
+    info = {"JobId": "9", "ArrayJobId": "7", "ArrayTaskId": "0", "JobState": "PENDING"}
+    info |= {"Reason": "BeginTime", "Restarts": "2", "StartTime": "Unknown"}
+    assert release.from_scontrol(info) == Held("7_0", "PENDING", "BeginTime", None, None, 2)
+
+
+class Scheduler:
+    """A scripted ``scontrol``: each look returns the next view of the job."""
+
+    def __init__(self, views: list[dict[str, str]]) -> None:
+        self.views = views
+        self.now = T0 - 1
+        self.updates: list[list[str]] = []
+
+    def show(self, job: str) -> dict[str, str]:
+        return self.views.pop(0) if len(self.views) > 1 else self.views[0]
+
+    def act(self, args) -> bool:
+        self.updates.append(list(args))
+        return True
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+    def watch(self, **kw):
+        return releaser.watch(
+            "7_0", 0, HOLD, show=self.show, act=self.act, clock=lambda: self.now,
+            sleep=self.sleep, **kw,
+        )
+
+
+def view(state: str, reason: str, restarts: int, begin: str = "Unknown") -> dict[str, str]:
+    return {
+        "JobId": "9", "JobState": state, "Reason": reason, "Restarts": str(restarts),
+        "StartTime": begin, "SubmitTime": "2026-12-05T07:50:19",
+    }
+
+
+HELD = view("PENDING", "BeginTime", 1, "2026-12-05T07:52:20")
+
+
+def test_the_releaser_waits_for_the_requeue_then_releases_once_due():
+    s = Scheduler([view("RUNNING", "None", 0), view("COMPLETING", "None", 1), HELD])
+    s.now = release.epoch("2026-12-05T07:50:19") - 1
+    what, seen, at = s.watch(exclude=lambda: ["n3"])
+    assert what == "released" and seen is not None and seen.job == "7_0"
+    assert s.updates == [["JobId=7_0", "StartTime=now", "ExcNodeList=n3"]]
+    assert at >= release.epoch("2026-12-05T07:50:19") + GAP
+
+
+def test_the_releaser_leaves_a_cancelled_or_user_held_job_be():
+    for last in (
+        view("CANCELLED", "None", 0),  # cancelled before the requeue
+        view("CANCELLED", "None", 1),  # cancelled while held
+        view("PENDING", "JobHeldUser", 1),
+        view("PENDING", "BeginTime", 1, "2026-12-05T08:50:19"),  # moved by hand
+        view("RUNNING", "None", 1),  # someone else released it
+    ):
+        s = Scheduler([last])
+        s.now = release.epoch("2026-12-05T07:50:19") + 5
+        assert s.watch()[0] != "released"
+        assert s.updates == []
+    assert Scheduler([{}]).watch()[0] == "gone"
+
+
+def test_the_releaser_gives_up_after_the_hold_window():
+    s = Scheduler([view("RUNNING", "None", 0)])
+    assert s.watch()[0] == "timed out"
+
+
+def test_the_release_record(tmp_path):
+    path = tmp_path / "release-1.json"
+    releaser.write_record(str(path), "job", held(), T0 + 2.5)
+    assert json.loads(path.read_text()) == {
+        "by": "job", "held_until": T0 + HOLD, "released_at": T0 + 2.5, "job": "7_0"
+    }
+
+
+def test_sbatch_inside_a_job_gets_none_of_the_jobs_options():
+    env = {"SLURM_CONF": "/c", "SLURM_JOB_ID": "9", "SBATCH_TIMELIMIT": "5", "PATH": "/bin"}
+    assert releaser.sbatch_env(env) == {"SLURM_CONF": "/c", "PATH": "/bin"}
+    assert releaser.job_ref({"SLURM_JOB_ID": "9"}) == "9"
+    assert releaser.job_ref({"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3"}) == "7_3"
+    assert releaser.submit("r", "l", "n", env={"SLURMKIT_NO_RELEASE": "1", "SLURM_JOB_ID": "9"}) is None
+    assert releaser.submit("r", "l", "n", env={}) is None  # not a Slurm job
