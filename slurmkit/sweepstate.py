@@ -286,11 +286,30 @@ def wait(
     on_poll: Callable[[SweepStatus], None] | None = None,
 ) -> SweepStatus:
     """Poll (one scheduler query each time) until every trial has finished; ``on_poll`` sees
-    every poll's status."""
+    every poll's status. A poll that shows tasks held by Slurm's requeue hold releases them
+    (:func:`release_held`)."""
     while True:
         current = fetch()
+        release_held(current)
         if on_poll is not None:
             on_poll(current)
         if current.finished:
             return current
         time.sleep(interval)
+
+
+def release_held(current: SweepStatus) -> list[str]:
+    """Release the trials of ``current`` that wait only for Slurm's requeue hold (one
+    ``squeue`` of the held tasks, only when some show Reason ``BeginTime``; see
+    :mod:`slurmkit.runtime.sweeprelease`); the tasks released."""
+    from .runtime import releaser, sweeprelease
+
+    held = {
+        t.job: (t.id, t.attempts)
+        for t in current.trials
+        if t.job and t.reason == "BeginTime" and t.attempts
+    }
+    if not held or releaser.off():
+        return []
+    rows = sweeprelease.pending(held)
+    return sweeprelease.release(current.sweep_dir, rows, held.get, "watcher")

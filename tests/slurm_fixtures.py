@@ -163,19 +163,31 @@ class SlurmCluster:
             _poll(settled, timeout, "completing jobs to leave the queue", interval=0.2)
 
     def release_requeued(self, job_id: str | int, timeout: float = 60) -> None:
-        """Once requeued ``job_id`` is PENDING with Reason=BeginTime (~120 s wait), start it in 2 s.
+        """Once requeued ``job_id`` is PENDING with Reason=BeginTime (~120 s wait), start it in 2 s;
+        or return once slurmkit's releaser has started it again already (Restarts raised, out
+        of the hold).
 
         Address an array task as ``ARRAYJOBID_TASKID``; ``starttime=now`` can fail the relaunch.
         """
+        seen: list[bool] = []
 
-        def held() -> bool:
+        def held_or_released() -> bool:
             records = self.jobs(job_id)
-            return bool(records) and all(
+            held = bool(records) and all(
                 r["JobState"] == "PENDING" and r["Reason"] == "BeginTime" for r in records
             )
+            released = bool(records) and all(
+                r.get("Restarts", "0") != "0"
+                and r["JobState"] not in ("COMPLETING", "REQUEUED", "REQUEUE_HOLD")
+                and (r["JobState"], r["Reason"]) != ("PENDING", "BeginTime")
+                for r in records
+            )
+            seen.append(held)
+            return held or released
 
-        _poll(held, timeout, f"job {job_id} pending with Reason=BeginTime")
-        self.run("scontrol", "update", f"jobid={job_id}", "starttime=now+2")
+        _poll(held_or_released, timeout, f"job {job_id} pending with Reason=BeginTime")
+        if seen[-1]:  # released meanwhile (it runs again): the update fails, harmlessly
+            self.run("scontrol", "update", f"jobid={job_id}", "starttime=now+2", check=False)
 
     def set_node_state(self, node: str, state: str, reason: str = "slurmkit test") -> None:
         """``scontrol update nodename=NODE state=STATE`` (DOWN, DRAIN, RESUME, ...).

@@ -17,7 +17,8 @@ from slurmkit.core.release import epoch
 pytestmark = pytest.mark.cluster
 
 # The trial: the time of each attempt's first step (after loading its checkpoint) and of each
-# stop signal go to events.jsonl; on a stop it checkpoints (its step count) and exits 75.
+# stop signal go to events.jsonl; on a stop it checkpoints (its step count) and exits 75. Its first
+# attempt runs until it is stopped, a later one ARGV[1] steps more.
 PAYLOAD = """
 import json, os, sys, time
 from slurmkit.runtime import preemption
@@ -29,8 +30,9 @@ def event(**kw):
         fh.write(json.dumps({"t": time.time(), "attempt": os.environ["SLURMKIT_ATTEMPT"], **kw}) + "\\n")
 preemption.install()
 event(ev="step", step=step)
-steps = int(sys.argv[1])
-while step < steps:
+first = os.environ["SLURMKIT_ATTEMPT"] == "1"
+steps = step + int(sys.argv[1])  # after a resume; the first attempt runs until it is stopped
+while first or step < steps:
     if preemption.should_stop():
         event(ev="stop", step=step, signals=preemption.received())
         json.dump({"step": step}, open(ckpt, "w"))
@@ -94,7 +96,7 @@ def assert_released_once(root: str, cause: str, signal: str) -> None:
 
 
 def test_a_requeue_signal_is_released_in_place(slurm_cluster, tmp_path):
-    result = slurm_submit(tmp_path, spec(tmp_path, "relsig", 150))
+    result = slurm_submit(tmp_path, spec(tmp_path, "relsig", 20))
     root = result["sweep_dir"]
     wait_for("the first step", lambda: events(root))
     first = status(root)["attempts"][0]
@@ -106,9 +108,9 @@ def test_a_requeue_signal_is_released_in_place(slurm_cluster, tmp_path):
 
 def test_a_time_limit_requeue_is_released_in_place(slurm_cluster, tmp_path):
     # the signal comes 10-40 s into the first attempt (lead 50 of a 1-minute limit, checked
-    # every 30 s); the trial then needs a few seconds more
+    # every 30 s); the second needs 2 s more
     extra = "resources: {time: 1}\nrequeue: {lead: 50}\n"
-    result = slurm_submit(tmp_path, spec(tmp_path, "reltime", 500, extra))
+    result = slurm_submit(tmp_path, spec(tmp_path, "reltime", 20, extra))
     root = result["sweep_dir"]
     wait_for("the trial to end", lambda: ended(root), timeout=150)
     assert_released_once(root, "timeout", "USR2")

@@ -75,9 +75,10 @@ def test_the_hold_is_read_from_the_clusters_config():
 
 
 def test_rows_from_squeue_and_scontrol():
-    text = "7_0|PENDING|BeginTime|2026-12-05T07:52:20|2026-12-05T07:50:19\nbad\n"
-    [row] = release.parse_squeue(text, {"7_0": 1})
-    assert row.job == "7_0" and row.begin is not None and row.begin - row.submit == 121
+    text = "7_0|PENDING|BeginTime|2026-12-05T07:52:20|2026-12-05T07:50:19|1\nbad\n"
+    [row] = release.parse_squeue(text)
+    assert row.job == "7_0" and row.restarts == 1
+    assert row.begin is not None and row.submit is not None and row.begin - row.submit == 121
     info = {"JobId": "9", "ArrayJobId": "7", "ArrayTaskId": "0", "JobState": "PENDING"}
     info |= {"Reason": "BeginTime", "Restarts": "2", "StartTime": "Unknown"}
     assert release.from_scontrol(info) == Held("7_0", "PENDING", "BeginTime", None, None, 2)

@@ -26,8 +26,6 @@ GAP = 2
 # How far (seconds) a begin time may be off the hold and still be Slurm's: times print in whole
 # seconds, and the hold is set from the same clock reading as the submit time.
 SLACK = 1
-# squeue's format for the rows :func:`parse_squeue` reads: job id, state, reason, begin, submit.
-SQUEUE_FORMAT = "%i|%T|%r|%S|%V"
 # The environment variable that turns every releaser off (a cluster where it must not run).
 ENV_OFF = "SLURMKIT_NO_RELEASE"
 
@@ -112,17 +110,16 @@ def epoch(text: str) -> float | None:
         return None
 
 
-def parse_squeue(text: str, restarts: Mapping[str, int]) -> list[Held]:
-    """Rows of ``squeue -h -o SQUEUE_FORMAT`` (``--array``: one job id per task); ``restarts``
-    maps a job id to how many times it ran (absent: 0)."""
+def parse_squeue(text: str) -> list[Held]:
+    """Rows of ``squeue -h -O`` with the fields task, state, reason, begin, submit time and
+    restart count, each ending in ``|`` but the last."""
     out = []
     for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 5:
-            job, state, reason, begin, submit = parts
-            out.append(
-                Held(job, state, reason, epoch(begin), epoch(submit), restarts.get(job, 0))
-            )
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 6:
+            job, state, reason, begin, submit, restarts = parts
+            count = int(restarts) if restarts.isdigit() else 0
+            out.append(Held(job, state, reason, epoch(begin), epoch(submit), count))
     return out
 
 

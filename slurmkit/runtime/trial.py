@@ -36,7 +36,7 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import containers, datacache, releaser, requeue
+from . import containers, datacache, releaser, requeue, sweeprelease
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
@@ -155,6 +155,9 @@ class TrialRun(Attempt):
         self._claim = Lock(self.dir)
         self.log_start = 0  # where this attempt's output begins in output.log
         self.early_exit: int | None = None  # the exit code when it ended before its command
+        sibling = sweeprelease.sibling(sweep.root, self.row["index"], self.on_slurm)
+        if sibling is not None:  # it releases the sweep's tasks that Slurm requeued
+            self.checks.append(sibling)
 
     def claim(self, wait: float | None = None) -> str | None:
         """Take the trial's claim: one live run per trial, whatever submitted it twice. None
