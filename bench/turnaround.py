@@ -75,7 +75,10 @@ exit $rc
 
 
 def spec(trial: Path, name: str, extra: str = "") -> str:
-    return f"name: {name}\ncommand: [{PY}, {trial}, '20']\nparams: {{x: [1]}}\n{extra}"
+    return (
+        f"name: {name}\noutput_root: {trial.parent / 'runs'}\n"
+        f"command: [{PY}, {trial}, '20']\nparams: {{x: [1]}}\n{extra}"
+    )
 
 
 def run(*argv: str) -> str:
@@ -95,8 +98,7 @@ def trial_dir(root: str) -> Path:
 def sweep(tmp: Path, trial: Path, name: str, extra: str = "") -> str:
     path = tmp / f"{name}.yaml"
     path.write_text(spec(trial, name, extra))
-    out = run(PY, "-m", "slurmkit.cli", "sweep", str(path), "--json", "--output-root",
-              str(tmp / "runs"))
+    out = run(PY, "-m", "slurmkit.cli", "sweep", str(path), "--json", "--backend", "slurm")
     return json.loads(out)["sweep_dir"]
 
 

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .core import fsutil
+from .core.release import GAP, hold_seconds, newer
+from .runtime.releaser import off
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -323,48 +325,29 @@ def _requeue(c: dict[str, str]) -> Check:
     )
 
 
-CRED_EXPIRE = 120  # Slurm's default AuthInfo cred_expire (seconds)
-
-
 def requeue_hold(c: dict[str, str], version: str | None) -> Check:
     """How long a requeued job waits before it may start again: ``requeue_delay`` where Slurm
-    has it (25.11+), else ``cred_expire`` + 1 s (``batch_requeue_fini``), and the admin's fix."""
-    auth = dict(
-        part.partition("=")[::2] for part in c.get("AuthInfo", "").split(",") if "=" in part
-    )
-    sched = dict(
-        part.partition("=")[::2]
-        for part in c.get("SchedulerParameters", "").split(",")
-        if "=" in part
-    )
-    expire = int(auth["cred_expire"]) if auth.get("cred_expire", "").isdigit() else CRED_EXPIRE
-    newer = _version(c.get("SLURM_VERSION") or version or "") >= (25, 11)
-    if newer and sched.get("requeue_delay", "").isdigit():
-        hold, why = (
-            int(sched["requeue_delay"]),
-            f"SchedulerParameters requeue_delay={sched['requeue_delay']}",
-        )
-    else:
-        hold, why = expire + 1, f"AuthInfo cred_expire={expire} s, + 1 s"
+    has it (25.11+), else ``cred_expire`` + 1 s (``batch_requeue_fini``), and the admin's fix.
+    slurmkit's releasers start its own jobs again ~2 s after a requeue whatever it is."""
+    hold, why = hold_seconds(c, version)
     fix = (
         "an admin can shorten it: SchedulerParameters=requeue_delay=2"
-        if newer
+        if newer(c.get("SLURM_VERSION") or version or "")
         else "Slurm before 25.11 sets it from AuthInfo cred_expire (at least 5 s; it also "
         "bounds how long a step's launch credential is good); 25.11 adds "
         "SchedulerParameters=requeue_delay"
     )
+    released = (
+        "; slurmkit releases its own requeued jobs from it ~2 s after they stop"
+        if hold > GAP and not off()
+        else ""
+    )
     return Check(
         "requeue hold",
         OK,
-        f"a requeued job waits {hold} s before it may start again ({why})",
+        f"a requeued job waits {hold} s before it may start again ({why}){released}",
         fix if hold > 10 else "",
     )
-
-
-def _version(text: str) -> tuple[int, int]:
-    """``slurm 22.05.8`` or ``22.05.8`` as (22, 5); (0, 0) when it says no version."""
-    found = re.search(r"(\d+)\.(\d+)", text)
-    return (int(found[1]), int(found[2])) if found else (0, 0)
 
 
 def _accounting(f: Facts) -> Check:

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import slurm_submit
+from conftest import run_cli, slurm_submit
 
-from slurmkit.core.release import epoch
+from slurmkit.core.release import ENV_OFF, epoch
 
 pytestmark = pytest.mark.cluster
 
@@ -26,8 +26,9 @@ trial = os.environ["SLURMKIT_TRIAL_DIR"]
 ckpt = os.path.join(trial, "ckpt.json")
 step = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
 def event(**kw):
+    kw.update(t=time.time(), attempt=os.environ["SLURMKIT_ATTEMPT"])
     with open(os.path.join(trial, "events.jsonl"), "a") as fh:
-        fh.write(json.dumps({"t": time.time(), "attempt": os.environ["SLURMKIT_ATTEMPT"], **kw}) + "\\n")
+        fh.write(json.dumps(kw) + "\\n")
 preemption.install()
 event(ev="step", step=step)
 first = os.environ["SLURMKIT_ATTEMPT"] == "1"
@@ -155,3 +156,22 @@ def test_a_users_start_time_is_left_alone(slurm_cluster, tmp_path):
     assert epoch(job["StartTime"]) > time.time() + 500
     assert not (trial(root) / "release-1.json").exists()
     slurm_cluster.run("scancel", ref)
+
+
+def test_a_watcher_releases_a_requeue_slurm_made(slurm_cluster, tmp_path, monkeypatch):
+    """An external ``scontrol requeue`` (an admin, a drain), with the job's own releaser off:
+    ``slurmkit status --watch`` releases the held task within a poll, in place."""
+    monkeypatch.setenv(ENV_OFF, "1")  # the job's environment: no releaser job, no sibling
+    result = slurm_submit(tmp_path, spec(tmp_path, "relwatch", 20))
+    monkeypatch.delenv(ENV_OFF)
+    root = result["sweep_dir"]
+    wait_for("the first step", lambda: events(root))
+    first = status(root)["attempts"][0]
+    slurm_cluster.run("scontrol", "requeue", f"{first['array_job_id']}_{first['array_task_id']}")
+    watch = run_cli("status", root, "--watch", "--interval", "1", timeout=100)
+    assert watch.returncode == 0, watch.stderr
+    st = status(root)
+    assert st["state"] == "COMPLETED" and len(st["attempts"]) == 2, st
+    assert (st["attempts"][0]["cause"], st["attempts"][0]["signals"]) == ("preemption", ["TERM"])
+    record = json.loads((trial(root) / "release-1.json").read_text())
+    assert record["by"] == "watcher" and record["released_at"] < record["held_until"]

@@ -17,8 +17,8 @@ HOLD = 121
 
 
 def held(**kw) -> Held:
-    base = dict(job="7_0", state="PENDING", reason="BeginTime", begin=T0 + HOLD, submit=T0)
-    return Held(**{**base, "restarts": 1, **kw})
+    base = {"job": "7_0", "state": "PENDING", "reason": "BeginTime", "restarts": 1}
+    return Held(**{**base, "begin": T0 + HOLD, "submit": T0, **kw})
 
 
 def test_a_requeue_hold_is_released_two_seconds_after_the_attempt_ended():
@@ -104,15 +104,25 @@ class Scheduler:
 
     def watch(self, **kw):
         return releaser.watch(
-            "7_0", 0, HOLD, show=self.show, act=self.act, clock=lambda: self.now,
-            sleep=self.sleep, **kw,
+            "7_0",
+            0,
+            HOLD,
+            show=self.show,
+            act=self.act,
+            clock=lambda: self.now,
+            sleep=self.sleep,
+            **kw,
         )
 
 
 def view(state: str, reason: str, restarts: int, begin: str = "Unknown") -> dict[str, str]:
     return {
-        "JobId": "9", "JobState": state, "Reason": reason, "Restarts": str(restarts),
-        "StartTime": begin, "SubmitTime": "2026-12-05T07:50:19",
+        "JobId": "9",
+        "JobState": state,
+        "Reason": reason,
+        "Restarts": str(restarts),
+        "StartTime": begin,
+        "SubmitTime": "2026-12-05T07:50:19",
     }
 
 
@@ -152,7 +162,10 @@ def test_the_release_record(tmp_path):
     path = tmp_path / "release-1.json"
     releaser.write_record(str(path), "job", held(), T0 + 2.5)
     assert json.loads(path.read_text()) == {
-        "by": "job", "held_until": T0 + HOLD, "released_at": T0 + 2.5, "job": "7_0"
+        "by": "job",
+        "held_until": T0 + HOLD,
+        "released_at": T0 + 2.5,
+        "job": "7_0",
     }
 
 
@@ -161,5 +174,79 @@ def test_sbatch_inside_a_job_gets_none_of_the_jobs_options():
     assert releaser.sbatch_env(env) == {"SLURM_CONF": "/c", "PATH": "/bin"}
     assert releaser.job_ref({"SLURM_JOB_ID": "9"}) == "9"
     assert releaser.job_ref({"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3"}) == "7_3"
-    assert releaser.submit("r", "l", "n", env={"SLURMKIT_NO_RELEASE": "1", "SLURM_JOB_ID": "9"}) is None
+    off = {"SLURMKIT_NO_RELEASE": "1", "SLURM_JOB_ID": "9"}
+    assert releaser.submit("r", "l", "n", env=off) is None
     assert releaser.submit("r", "l", "n", env={}) is None  # not a Slurm job
+
+
+def test_one_sibling_of_a_sweep_holds_the_lease_per_interval(tmp_path):
+    from slurmkit.runtime.sweeprelease import take_lease
+
+    assert take_lease(str(tmp_path), 100.0, 5.0)
+    assert not take_lease(str(tmp_path), 101.0, 5.0)  # the same interval: another sibling
+    assert take_lease(str(tmp_path), 105.0, 5.0)
+    assert take_lease(str(tmp_path), 120.0, 5.0)
+    assert [p.name for p in (tmp_path / ".release").iterdir()] == ["24"]  # older ones removed
+
+
+def sweep_dir(tmp_path, n: int = 2):
+    root = tmp_path / "sweep"
+    (root / "submissions").mkdir(parents=True)
+    rows = [{"index": i, "id": f"t{i}", "params": {}} for i in range(n)]
+    (root / "trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    jobs = {"backend": "slurm", "jobs": [{"job_id": "7", "offset": 0, "array": "0-1"}]}
+    (root / "submissions" / "0000.json").write_text(json.dumps(jobs))
+    (root / "trials" / "t1").mkdir(parents=True)
+    attempts = {"attempts": [{"n": 1, "state": "RUNNING"}]}  # it vanished with its node
+    (root / "trials" / "t1" / "status.json").write_text(json.dumps(attempts))
+    return root
+
+
+def test_a_running_sibling_releases_a_held_task_once_per_interval(tmp_path, monkeypatch):
+    from slurmkit.runtime import sweeprelease
+
+    root = sweep_dir(tmp_path)
+    asked: list[list[str]] = []
+    updates: list[list[str]] = []
+    row = held(job="7_1", begin=T0 + HOLD, submit=T0)
+    monkeypatch.setattr(sweeprelease, "pending", lambda ids: asked.append(sorted(ids)) or [row])
+    monkeypatch.setattr(sweeprelease, "hold", lambda: HOLD)
+    monkeypatch.setattr(releaser, "update", lambda args: updates.append(list(args)) or True)
+    env = {"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "0"}
+    siblings = [sweeprelease.sibling(str(root), 0, True, env) for _ in range(3)]
+    assert sweeprelease.sibling(str(root), 0, False, env) is None  # not under the policy
+    assert sweeprelease.sibling(str(root), 0, True, {**env, release.ENV_OFF: "1"}) is None
+    now = [T0 + 10.0]
+    monkeypatch.setattr(sweeprelease.time, "time", lambda: now[0])
+    for s in siblings:
+        assert s is not None
+        s.slot = 0  # started in an earlier interval
+        s()
+    assert asked == [["7"]]  # one query for the sweep, whichever sibling asked
+    assert updates == [["JobId=7_1", "StartTime=now"]]
+    record = json.loads((root / "trials" / "t1" / "release-1.json").read_text())
+    assert record["by"] == "sibling" and record["job"] == "7_1"
+    for s in siblings:
+        s()  # the same interval: nobody asks again
+    assert len(asked) == 1
+
+
+def test_a_watcher_asks_only_when_a_task_shows_the_hold(tmp_path, monkeypatch):
+    from slurmkit import sweepstate
+    from slurmkit.runtime import sweeprelease
+
+    root = sweep_dir(tmp_path)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(sweeprelease, "pending", lambda ids: asked.append(sorted(ids)) or [])
+    running = sweepstate.TrialStatus(0, "t0", {}, "RUNNING", attempts=1, job="7_0")
+    current = sweepstate.SweepStatus(str(root), "s", [running])
+    assert sweepstate.release_held(current) == [] and asked == []
+    waiting = sweepstate.TrialStatus(1, "t1", {}, "PENDING", attempts=1, job="7_1")
+    waiting.reason = "BeginTime"
+    current.trials.append(waiting)
+    sweepstate.release_held(current)
+    assert asked == [["7_1"]]
+    never_ran = sweepstate.TrialStatus(1, "t1", {}, "PENDING", attempts=0, job="7_1")
+    never_ran.reason = "BeginTime"  # a --begin of the user's: not even asked
+    assert sweepstate.release_held(sweepstate.SweepStatus(str(root), "s", [never_ran])) == []
+    assert len(asked) == 1

@@ -50,9 +50,10 @@ def hold_seconds(config: Mapping[str, str], version: str | None = None) -> tuple
     auth = _pairs(config.get("AuthInfo", ""))
     sched = _pairs(config.get("SchedulerParameters", ""))
     expire = int(auth["cred_expire"]) if auth.get("cred_expire", "").isdigit() else CRED_EXPIRE
-    if newer(config.get("SLURM_VERSION") or version or "") and sched.get(
-        "requeue_delay", ""
-    ).isdigit():
+    if (
+        newer(config.get("SLURM_VERSION") or version or "")
+        and sched.get("requeue_delay", "").isdigit()
+    ):
         delay = sched["requeue_delay"]
         return int(delay), f"SchedulerParameters requeue_delay={delay}"
     return expire + 1, f"AuthInfo cred_expire={expire} s, + 1 s"
@@ -61,7 +62,7 @@ def hold_seconds(config: Mapping[str, str], version: str | None = None) -> tuple
 def newer(version: str) -> bool:
     """Whether ``version`` (``slurm 25.11.0`` or ``25.11.0``) has ``requeue_delay`` (25.11+)."""
     m = re.search(r"(\d+)\.(\d+)", version)
-    return bool(m) and (int(m[1]), int(m[2])) >= (25, 11)
+    return m is not None and (int(m[1]), int(m[2])) >= (25, 11)
 
 
 def _pairs(text: str) -> dict[str, str]:

@@ -107,9 +107,7 @@ def submit(
         f"--wrap={command(job, restarts, record, sweep, trial)}",
     ]
     try:
-        proc = subprocess.run(
-            argv, env=sbatch_env(env), capture_output=True, text=True, timeout=30
-        )
+        proc = subprocess.run(argv, env=sbatch_env(env), capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"slurmkit: no releaser for job {job}: {exc}", file=sys.stderr)
         return None
@@ -138,7 +136,7 @@ def show_job(job: str) -> dict[str, str]:
 def update(args: Sequence[str]) -> bool:
     """``scontrol update ARGS``; whether it took."""
     proc = _scontrol("update", *args)
-    return bool(proc) and proc.returncode == 0
+    return proc is not None and proc.returncode == 0
 
 
 def cluster_hold() -> int:
@@ -151,9 +149,7 @@ def cluster_hold() -> int:
 
 def _scontrol(*args: str) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(
-            ["scontrol", *args], capture_output=True, text=True, timeout=20
-        )
+        return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
 

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -61,11 +62,12 @@ def release(
     *,
     hold_s: float | None = None,
     now: float | None = None,
-    act: releaser.Update = releaser.update,
+    act: releaser.Update | None = None,
 ) -> list[str]:
     """Release the tasks of ``rows`` (the sweep at ``root``) that wait only for the hold; the
     task ids released. ``trial_of`` names each task's trial and ended attempt (its record)."""
     sweep = SweepDir(root)
+    act = act or releaser.update
     hold_s = hold() if hold_s is None else hold_s
     done = []
     for row in rows:
@@ -131,7 +133,10 @@ class Sibling:
         if not take_lease(self.root, now, self.interval):
             return
         offsets = self.offsets()
-        release(self.root, pending(offsets), lambda job: self.trial_of(job, offsets), "sibling")
+        try:  # a helping hand only: never the end of the trial it supervises
+            release(self.root, pending(offsets), lambda j: self.trial_of(j, offsets), "sibling")
+        except Exception as exc:  # noqa: BLE001
+            print(f"slurmkit: releasing the sweep's held tasks failed: {exc}", file=sys.stderr)
 
     def offsets(self) -> dict[str, int]:
         """Each array of the sweep with the trial index of its task 0."""
