@@ -135,7 +135,7 @@ class Sibling:
         offsets = self.offsets()
         try:  # a helping hand only: never the end of the trial it supervises
             release(self.root, pending(offsets), lambda j: self.trial_of(j, offsets), "sibling")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             print(f"slurmkit: releasing the sweep's held tasks failed: {exc}", file=sys.stderr)
 
     def offsets(self) -> dict[str, int]:
