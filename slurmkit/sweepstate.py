@@ -304,11 +304,7 @@ def release_held(current: SweepStatus) -> list[str]:
     :mod:`slurmkit.runtime.sweeprelease`); the tasks released."""
     from .runtime import releaser, sweeprelease
 
-    held = {
-        t.job: (t.id, t.attempts)
-        for t in current.trials
-        if t.job and t.reason == "BeginTime" and t.attempts
-    }
+    held = {t.job: t.id for t in current.trials if t.job and t.reason == "BeginTime" and t.attempts}
     if not held or releaser.off():
         return []
     rows = sweeprelease.pending(held)

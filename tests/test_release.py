@@ -197,9 +197,13 @@ def sweep_dir(tmp_path, n: int = 2):
     jobs = {"backend": "slurm", "jobs": [{"job_id": "7", "offset": 0, "array": "0-1"}]}
     (root / "submissions" / "0000.json").write_text(json.dumps(jobs))
     (root / "trials" / "t1").mkdir(parents=True)
-    attempts = {"attempts": [{"n": 1, "state": "RUNNING"}]}  # it vanished with its node
-    (root / "trials" / "t1" / "status.json").write_text(json.dumps(attempts))
+    ended = {"n": 1, "state": "REQUEUED", "cause": "preemption", "end": T0 - 1}
+    write_last(root, ended)
     return root
+
+
+def write_last(root, attempt: dict) -> None:
+    (root / "trials" / "t1" / "status.json").write_text(json.dumps({"attempts": [attempt]}))
 
 
 def test_a_running_sibling_releases_a_held_task_once_per_interval(tmp_path, monkeypatch):
@@ -229,6 +233,44 @@ def test_a_running_sibling_releases_a_held_task_once_per_interval(tmp_path, monk
     for s in siblings:
         s()  # the same interval: nobody asks again
     assert len(asked) == 1
+    own = sweeprelease.sibling(str(root), 1, True, {**env, "SLURM_ARRAY_TASK_ID": "1"})
+    assert own is not None and own.trial_of("7_1", {"7": 0}) is None  # never its own task
+    assert own.trial_of("7_0", {"7": 0}) == "t0" and own.trial_of("8_0", {"7": 0}) is None
+
+
+def test_a_task_whose_node_failed_is_released_only_off_that_node(tmp_path):
+    from slurmkit.runtime import sweeprelease
+
+    root = sweep_dir(tmp_path)
+    updates: list[list[str]] = []
+
+    def go() -> list[str]:
+        row = held(job="7_1")
+        act = lambda args: updates.append(list(args)) or True
+        return sweeprelease.release(
+            str(root), [row], {"7_1": "t1"}.get, "watcher", hold_s=HOLD, now=T0 + 10, act=act
+        )
+
+    write_last(root, {"n": 2, "state": "RUNNING"})  # vanished: its nodes unknown
+    assert go() == [] and updates == []  # Slurm's hold keeps it off a node that comes back
+    write_last(root, {"n": 2, "state": "RUNNING", "nodes": ["n3", "n4"]})
+    assert go() == ["7_1"]
+    assert updates == [["JobId=7_1", "StartTime=now", "ExcNodeList=n3,n4"]]
+    assert json.loads((root / "trials" / "t1" / "release-2.json").read_text())["by"] == "watcher"
+    write_last(root, {"n": 2, "state": "REQUEUED", "cause": "error", "end": T0 + 9})
+    assert go() == []  # its end recorded a second ago: not yet
+    assert (
+        sweeprelease.release(
+            str(root),
+            [held(job="7_1")],
+            {}.get,
+            "watcher",
+            hold_s=HOLD,
+            now=T0 + 10,
+            act=lambda a: True,
+        )
+        == []
+    )  # not ours
 
 
 def test_a_watcher_asks_only_when_a_task_shows_the_hold(tmp_path, monkeypatch):

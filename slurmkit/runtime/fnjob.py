@@ -313,7 +313,7 @@ class Supervisor(Attempt):
             self.save()
         if outcome.state == states.REQUEUED:
             self.say(f"{outcome.reason}")
-            if self.on_slurm:  # start again in seconds
+            if self.on_slurm and not by_slurm:  # its own requeue: started again in seconds
                 stem = os.path.join(self.folder, f"{self.job}_release-{attempt['n']}")
                 releaser.submit(f"{stem}.json", f"{stem}.out", "submitit")
             return ALREADY_REQUEUED if by_slurm else REQUEUE_EXIT

@@ -20,19 +20,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from ..core import badnodes
+from ..core import badnodes, states
 from ..core.fsutil import read_json
 from ..core.layout import SweepDir
-from ..core.release import Held, parse_squeue, plan
+from ..core.release import GAP, Held, parse_squeue, plan
 from . import releaser
 
 # Seconds between a running sibling's looks at the sweep's held tasks (one per sweep).
 INTERVAL = 5.0
 # squeue's fields for the guard: task, state, reason, begin, (re)submit time, restart count.
 FIELDS = "JobArrayID:|,State:|,Reason:|,StartTime:|,SubmitTime:|,RestartCnt:"
-# Where a trial's release goes: the trial's id and the number of the attempt that ended.
-TrialOf = Callable[[str], "tuple[str, int] | None"]
+# The trial id of a task of the sweep (``A_T``), or None.
+TrialOf = Callable[[str], "str | None"]
 
 
 def pending(job_ids: Iterable[str]) -> list[Held]:
@@ -65,25 +66,51 @@ def release(
     act: releaser.Update | None = None,
 ) -> list[str]:
     """Release the tasks of ``rows`` (the sweep at ``root``) that wait only for the hold; the
-    task ids released. ``trial_of`` names each task's trial and ended attempt (its record)."""
+    task ids released. ``trial_of`` names each task's trial (None: not this sweep's)."""
     sweep = SweepDir(root)
     act = act or releaser.update
     hold_s = hold() if hold_s is None else hold_s
     done = []
     for row in rows:
-        start = plan([row], hold_s, time.time() if now is None else now).get(row.job)
-        if start is None:
+        now_s = time.time() if now is None else now
+        trial = trial_of(row.job)
+        last = last_attempt(sweep, trial) if trial else None
+        start = plan([row], hold_s, now_s).get(row.job)
+        if trial is None or last is None or start is None:
+            continue  # not a trial of this sweep that ran, or not (or not yet) releasable
+        avoid = stranded(last)
+        if avoid is None or now_s < float(last.get("end") or 0) + GAP:
             continue
-        found = trial_of(row.job)
-        exclude = badnodes.for_trial(root, found[0]) if found else []
+        exclude = sorted({*badnodes.for_trial(root, trial), *avoid})
         if not act(releaser.release_args(row.job, start, exclude)):
             continue
         done.append(row.job)
-        if found:
-            path = os.path.join(sweep.trial(found[0]), f"release-{found[1]}.json")
-            with contextlib.suppress(OSError):
-                releaser.write_record(path, by, row, time.time())
+        path = os.path.join(sweep.trial(trial), f"release-{last.get('n', 0)}.json")
+        with contextlib.suppress(OSError):
+            releaser.write_record(path, by, row, time.time())
     return done
+
+
+def last_attempt(sweep: SweepDir, trial: str) -> dict[str, Any] | None:
+    """The last attempt ``status.json`` records for ``trial`` (None: none, or unreadable)."""
+    try:
+        status = read_json(sweep.status(trial), default={})
+    except (OSError, ValueError):
+        return None
+    attempts = status.get("attempts") if isinstance(status, dict) else None
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    return last if isinstance(last, dict) else None
+
+
+def stranded(last: dict[str, Any]) -> list[str] | None:
+    """The nodes a released attempt must avoid, after ``last``: none when it recorded its end;
+    the nodes of an attempt that vanished or lost its node (its processes may still run there:
+    a node that answers again at once would get the job back while they do, and Slurm would
+    hold it for a failed launch); None when those nodes are unknown: Slurm's hold stays."""
+    if last.get("state") != states.RUNNING and last.get("cause") != "node_failure":
+        return []
+    nodes = last.get("nodes")
+    return [str(n) for n in nodes] if isinstance(nodes, list) and nodes else None
 
 
 def take_lease(root: str, now: float, interval: float = INTERVAL) -> bool:
@@ -111,17 +138,20 @@ def sibling(
     own, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID", "")
     if not on_slurm or not own or not task.isdigit() or releaser.off(env):
         return None
-    return Sibling(root, own, index - int(task))
+    return Sibling(root, own, int(task), index - int(task))
 
 
 class Sibling:
     """A running task's check (run every POLL s by its supervisor): once per :data:`INTERVAL`,
     when it holds the sweep's lease, one query of the sweep's pending tasks and the release of
-    those that wait only for the hold. ``own``: this task's array job id; ``offset``: the trial
-    index of its array's task 0."""
+    those that wait only for the hold. ``own``, ``task``: this task's array job id and task id;
+    ``offset``: the trial index of its array's task 0."""
 
-    def __init__(self, root: str, own: str, offset: int, interval: float = INTERVAL) -> None:
-        self.root, self.own, self.offset, self.interval = root, own, offset, interval
+    def __init__(
+        self, root: str, own: str, task: int, offset: int, interval: float = INTERVAL
+    ) -> None:
+        self.root, self.own, self.task, self.offset = root, own, task, offset
+        self.interval = interval
         self.slot = int(time.time() // interval)  # not in the interval it started in
 
     def __call__(self) -> None:
@@ -149,15 +179,13 @@ class Sibling:
                         out[str(job["job_id"])] = int(job.get("offset", 0))
         return out
 
-    def trial_of(self, job: str, offsets: dict[str, int]) -> tuple[str, int] | None:
-        """The trial of task ``job`` (``A_T``) and the number of its last attempt."""
+    def trial_of(self, job: str, offsets: dict[str, int]) -> str | None:
+        """The trial of task ``job`` (``A_T``); None for this task itself (its own requeue
+        is its runtime's to hand on) and for a task of no array of the sweep."""
         array, _, task = job.partition("_")
-        if array not in offsets or not task.isdigit():
+        if array not in offsets or not task.isdigit() or job == f"{self.own}_{self.task}":
             return None
-        sweep = SweepDir(self.root)
         try:
-            trial = sweep.manifest_row(offsets[array] + int(task))["id"]
-            status = read_json(sweep.status(trial), default={})
+            return str(SweepDir(self.root).manifest_row(offsets[array] + int(task))["id"])
         except (OSError, LookupError, ValueError):
             return None
-        return trial, len(status.get("attempts", [])) if isinstance(status, dict) else 0

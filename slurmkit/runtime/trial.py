@@ -366,8 +366,8 @@ class TrialRun(Attempt):
         self.close(attempt, outcome, code)
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
         self._remove_container()
-        if self.on_slurm and outcome.state == states.REQUEUED:  # start again in seconds
-            n = attempt["n"]
+        if self.on_slurm and outcome.state == states.REQUEUED and not by_slurm:
+            n = attempt["n"]  # its own requeue: started again in seconds
             releaser.submit(
                 f"{self.dir}/release-{n}.json",
                 f"{self.dir}/release-{n}.out",
