@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -307,5 +308,9 @@ def release_held(current: SweepStatus) -> list[str]:
     held = {t.job: t.id for t in current.trials if t.job and t.reason == "BeginTime" and t.attempts}
     if not held or releaser.off():
         return []
-    rows = sweeprelease.pending(held)
-    return sweeprelease.release(current.sweep_dir, rows, held.get, "watcher")
+    try:  # a helping hand only: never the end of the wait
+        rows = sweeprelease.pending(held)
+        return sweeprelease.release(current.sweep_dir, rows, held.get, "watcher")
+    except Exception as exc:
+        print(f"slurmkit: releasing held tasks failed: {exc}", file=sys.stderr)
+        return []

@@ -176,10 +176,9 @@ class SlurmCluster:
             held = bool(records) and all(
                 r["JobState"] == "PENDING" and r["Reason"] == "BeginTime" for r in records
             )
-            released = bool(records) and all(
+            released = bool(records) and all(  # it runs again (or ran): past the hold
                 r.get("Restarts", "0") != "0"
-                and r["JobState"] not in ("COMPLETING", "REQUEUED", "REQUEUE_HOLD")
-                and (r["JobState"], r["Reason"]) != ("PENDING", "BeginTime")
+                and r["JobState"] not in ("PENDING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD")
                 for r in records
             )
             seen.append(held)
