@@ -292,3 +292,32 @@ def test_a_watcher_asks_only_when_a_task_shows_the_hold(tmp_path, monkeypatch):
     never_ran.reason = "BeginTime"  # a --begin of the user's: not even asked
     assert sweepstate.release_held(sweepstate.SweepStatus(str(root), "s", [never_ran])) == []
     assert len(asked) == 1
+
+
+def test_the_runtime_submits_a_releaser_for_its_own_requeue_only(tmp_path, spec_file, monkeypatch):
+    """Exit 75 (the trial checkpointed: the batch shell requeues it) submits the releaser, with
+    the trial's record paths; a requeue Slurm made itself (76) does not: the watchers' part."""
+    from slurmkit import plan, store
+    from slurmkit import spec as spec_mod
+    from slurmkit.runtime import trial as trial_mod
+
+    asked: list[tuple] = []
+    monkeypatch.setattr(releaser, "submit", lambda *a, **kw: asked.append((a, kw)))
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    s = spec_mod.load(
+        str(spec_file("command: [sh, -c, 'exit 75']\nargs: none\nparams: {a: [1]}\n"))
+    )
+    sweep = store.create(plan.make(s, plan.expand(s), str(tmp_path)), str(tmp_path / "sweep"))
+    run = trial_mod.TrialRun(sweep, 0, under_slurm=True)
+    run.start()
+    assert run.wait() == 75
+    [(args, kw)] = asked
+    assert args[0] == f"{run.dir}/release-1.json" and kw == {"sweep": sweep.root, "trial": run.id}
+    monkeypatch.setattr(
+        trial_mod.TrialRun,
+        "outcome",
+        lambda self, *a: (trial_mod.requeue.Outcome("REQUEUED", 75, "preemption"), True),
+    )
+    run = trial_mod.TrialRun(sweep, 0, under_slurm=True)
+    run.start()
+    assert run.wait() == 76 and len(asked) == 1
