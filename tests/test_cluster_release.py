@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, slurm_submit
+from conftest import run_cli, sbatch_plain, slurm_submit
 
 from slurmkit.core.release import ENV_OFF, epoch
 from slurmkit.sweepstate import collect
@@ -184,3 +184,22 @@ def test_a_watcher_releases_a_requeue_slurm_made(slurm_cluster, tmp_path, monkey
     assert (st["attempts"][0]["cause"], st["attempts"][0]["signals"]) == ("preemption", ["TERM"])
     record = json.loads((trial(root) / "release-1.json").read_text())
     assert record["by"] == "watcher" and record["released_at"] < record["held_until"]
+
+
+def test_a_plain_sbatch_script_is_released_too(slurm_cluster, tmp_path):
+    """A standalone script (``sweep --dry-run --plain``) submitted with plain ``sbatch``: its
+    runtime's own requeue is released in place as the CLI's is."""
+    (tmp_path / "plain.yaml").write_text(
+        spec(tmp_path, "relplain", 20).replace(
+            "name: relplain\n", "name: relplain\noutput_root: runs\n"
+        )
+    )
+    proc = run_cli("sweep", "plain.yaml", "--dry-run", "--plain", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    script = tmp_path / "plain.sbatch"
+    script.write_text(proc.stdout)
+    job, root = sbatch_plain(tmp_path, script, "relplain")
+    wait_for("the first step", lambda: events(str(root)))
+    slurm_cluster.run("scancel", "--batch", "--signal=USR2", f"{job}_0")
+    wait_for("the trial to end", lambda: ended(str(root)), timeout=120)
+    assert_released_once(str(root), "preemption", "USR2")
