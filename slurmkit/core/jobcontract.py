@@ -30,7 +30,10 @@ DEFAULT_BUDGETS: Mapping[str, int | None] = {
     "node_failure": 3,
     "container": 0,
     "error": 0,
+    "node": 3,  # a failure attributed to its node (runtime/nodefault.py)
 }
+# Attributed failures after which a node is excluded from the sweep (core/badnodes.py).
+DEFAULT_EXCLUDE_AFTER = 2
 
 
 def default_budgets() -> dict[str, int | None]:
@@ -46,6 +49,9 @@ class Policy:
     signal: str = DEFAULT_SIGNAL
     lead: int = DEFAULT_LEAD
     budgets: Mapping[str, int | None] = field(default_factory=default_budgets)
+    exclude_after: int = DEFAULT_EXCLUDE_AFTER  # 0: exclude no node
+    # the user's own node-fault signatures: {"patterns": [regex], "exit_codes": [int]}
+    node_fault: Mapping[str, Any] = field(default_factory=dict)
 
 
 # A contract without a requeue block asks for no requeue (the runtime's reading since 0.1).
@@ -152,12 +158,31 @@ def _policy(raw: Any, source: str) -> Policy:
         v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in budgets.values()
     ):
         raise Damaged(source, "requeue.budgets: expected counts (or null: unlimited)")
+    after = _typed(raw, "exclude_after", int, "a count", source, "requeue.")
     return Policy(
         enabled=enabled,
         signal=signal,
         lead=DEFAULT_LEAD if lead is None else lead,
         budgets={**DEFAULT_BUDGETS, **(budgets or {})},
+        exclude_after=DEFAULT_EXCLUDE_AFTER if after is None else after,
+        node_fault=_node_fault(raw.get("node_fault"), source),
     )
+
+
+def _node_fault(raw: Any, source: str) -> dict[str, Any]:
+    """``requeue.node_fault``: ``patterns`` (strings) and ``exit_codes`` (integers)."""
+    if not raw:
+        return {}
+    patterns = raw.get("patterns") or [] if isinstance(raw, dict) else None
+    codes = raw.get("exit_codes") or [] if isinstance(raw, dict) else None
+    if not (
+        isinstance(patterns, list)
+        and isinstance(codes, list)
+        and all(isinstance(p, str) for p in patterns)
+        and all(isinstance(c, int) and not isinstance(c, bool) for c in codes)
+    ):
+        raise Damaged(source, "requeue.node_fault: expected {patterns: [str], exit_codes: [int]}")
+    return {"patterns": patterns, "exit_codes": codes}
 
 
 def _read(raw: Any, source: str) -> JobContract:

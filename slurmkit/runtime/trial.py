@@ -36,7 +36,7 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import containers, datacache, requeue
+from . import containers, datacache, requeue, nodefault
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
@@ -216,7 +216,10 @@ class TrialRun(Attempt):
             "index": self.row["index"],
             "attempts": [],
         }
+        before = self.status["attempts"][-1] if self.status["attempts"] else None
         spent = self.open(self.status["attempts"])
+        if before is not None and before.get("cause") == "node_failure":  # vanished: its node
+            nodefault.note(self.sweep.root, self.id, before, self.policy.exclude_after)
         if spent is not None:  # the node_failure budget is spent: it does not run again
             self._record(spent.state, spent.code, cause=spent.cause, reason=spent.reason)
             return
@@ -359,8 +362,17 @@ class TrialRun(Attempt):
             and self.config.container
             and requeue.container_failed(self._output_tail())
         )
+        if self.attribute(code, self._output_tail()):
+            self.blame = nodefault.unless_widespread(self.sweep.root, self.blame)
         outcome, by_slurm = self.outcome(code, no_start, self.status["attempts"][:-1])
         self.close(attempt, outcome, code)
+        nodefault.note(
+            self.sweep.root,
+            self.id,
+            attempt,
+            self.policy.exclude_after,
+            self.blame.kind if self.blame else None,
+        )
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
         self._remove_container()
         if by_slurm and outcome.code == REQUEUE_EXIT:

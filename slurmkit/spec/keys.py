@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from ..core.contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
-from ..core.jobcontract import DEFAULT_BUDGETS, DEFAULT_LEAD
+from ..core.jobcontract import DEFAULT_BUDGETS, DEFAULT_EXCLUDE_AFTER, DEFAULT_LEAD
 from ..core.profiles import PROFILES
 from ..core.record import record
 from ..overrides import MAX_SWEEP_SIZE
@@ -52,7 +52,7 @@ LOG_TOKENS = {
     "u": "user",
 }
 DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
+CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "node")
 BUDGETS = dict(DEFAULT_BUDGETS)  # the job contract's: each default is written once, in core
 
 
@@ -357,6 +357,39 @@ KEYS: tuple[Key, ...] = (
         example="causes: {allowed}; null = unlimited",
         checked="validate._requeue",
         falsy=True,
+    ),
+    Key(
+        "requeue.exclude_after",
+        "int",
+        "a node blamed for this many failures of a sweep's trials is excluded from the sweep "
+        "(`--exclude`; at most a quarter of the partition); `0`: never",
+        default=DEFAULT_EXCLUDE_AFTER,
+        checked="validate._requeue",
+    ),
+    Key(
+        "requeue.node_fault",
+        "block",
+        "your own signs of a bad node, beside the built-in ones (CUDA ECC errors, NCCL's "
+        "`unhandled system error`, `No CUDA GPUs are available`, a read-only mount, a container "
+        "or self-check that did not start): a failure showing one is requeued under the `node` "
+        "budget and counts against its node",
+        example="node_fault: {patterns: ['Xid 79'], exit_codes: [139]}",
+    ),
+    Key(
+        "requeue.node_fault.patterns",
+        "list",
+        "regular expressions (Python's) matched against each line of the failed attempt's output",
+        items="str",
+        falsy=True,
+        checked="validate._requeue",
+    ),
+    Key(
+        "requeue.node_fault.exit_codes",
+        "list",
+        "exit codes that mean the node failed",
+        items="int",
+        falsy=True,
+        checked="validate._requeue",
     ),
     Key(
         "container",

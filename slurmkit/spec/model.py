@@ -69,6 +69,8 @@ class Requeue:
     signal: str = _D["requeue.signal"]
     lead: int = _D["requeue.lead"]
     budgets: dict[str, int | None] = field(default_factory=lambda: dict(keys.BUDGETS))
+    exclude_after: int = _D["requeue.exclude_after"]
+    node_fault: dict[str, Any] = field(default_factory=dict)  # {patterns, exit_codes}
 
 
 @record

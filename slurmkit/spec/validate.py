@@ -584,4 +584,45 @@ def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
         ):
             raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source, key=where)
         budgets[cause] = count
-    return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)
+    after = read(raw, "requeue.exclude_after", source)
+    if after < 0:
+        raise SpecError(f"expected a count >= 0, got {after}", file=source, key="requeue.exclude_after")
+    return Requeue(
+        enabled=enabled,
+        signal=sig,
+        lead=lead,
+        budgets=budgets,
+        exclude_after=after,
+        node_fault=_node_fault(raw, source),
+    )
+
+
+def _node_fault(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``requeue.node_fault``: regular expressions that compile, and exit codes (0-255)."""
+    block = mapping(raw, "requeue.node_fault", source)
+    if not block:
+        return {}
+    out: dict[str, Any] = {"patterns": [], "exit_codes": []}
+    for name, kind in (("patterns", str), ("exit_codes", int)):
+        where = f"requeue.node_fault.{name}"
+        items = block.get(name) or []
+        if not isinstance(items, list):
+            items = [items]
+        for item in items:
+            if not isinstance(item, kind) or isinstance(item, bool):
+                raise SpecError(
+                    f"expected a list of {kind.__name__}, got {type(item).__name__} {item!r}",
+                    file=source,
+                    key=where,
+                )
+            if kind is int and not 0 <= item <= 255:
+                raise SpecError(f"not an exit code (0-255): {item}", file=source, key=where)
+            if kind is str:
+                try:
+                    re.compile(item)
+                except re.error as exc:
+                    raise SpecError(
+                        f"not a regular expression: {item!r} ({exc})", file=source, key=where
+                    ) from None
+            out[name].append(item)
+    return out

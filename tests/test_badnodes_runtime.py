@@ -1,0 +1,115 @@
+"""Bad nodes in the trial runtime: a node's failure is requeued under the `node` budget and
+recorded against its node; a trial's own error is FAILED with no node blamed; a vanished attempt
+blames its one node; the sweep's excluded nodes go to later submissions as --exclude."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from slurmkit.core import badnodes
+from slurmkit.core.contract import REQUEUE_EXIT
+from slurmkit.core.fsutil import read_json
+
+ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+
+
+def _sweep(tmp_path, spec_file, say: str, trials: int = 1, requeue: str = ""):
+    from slurmkit import plan, store
+    from slurmkit import spec as spec_mod
+
+    values = ", ".join(str(i) for i in range(trials))
+    s = spec_mod.load(
+        str(
+            spec_file(
+                f"command: [sh, -c, {json.dumps(say)}]\nargs: none\nparams: {{a: [{values}]}}\n"
+                f"requeue: {{{requeue}}}\n"
+            )
+        )
+    )
+    rows = plan.expand(s)
+    sweep = store.create(plan.make(s, rows, os.getcwd()), str(tmp_path / "sweep"))
+    return sweep, [r.id for r in rows]
+
+
+def _run(sweep, index, monkeypatch, node):
+    from slurmkit.runtime.trial import TrialRun
+
+    monkeypatch.setenv("SLURM_JOB_ID", str(100 + index))
+    monkeypatch.setenv("SLURM_JOB_NODELIST", node)
+    monkeypatch.setenv("PATH", "/nonexistent-slurm:" + os.environ["PATH"])  # no squeue/sinfo
+    run = TrialRun(sweep, index, under_slurm=True)
+    run.start()
+    return run.wait()
+
+
+def test_an_ecc_error_is_requeued_under_the_node_budget_and_excludes_after_two(
+    tmp_path, spec_file, monkeypatch
+):
+    sweep, ids = _sweep(tmp_path, spec_file, f"echo '{ECC}' >&2; exit 1", trials=2)
+    assert _run(sweep, 0, monkeypatch, "n2") == REQUEUE_EXIT
+    status = read_json(sweep.status(ids[0]))
+    [attempt] = status["attempts"]
+    assert (status["state"], status["cause"]) == ("REQUEUED", "node")
+    assert (attempt["nodes"], attempt["blamed"], attempt["evidence"]) == (["n2"], ["n2"], ECC)
+    assert badnodes.for_trial(sweep.root, ids[0]) == ["n2"]
+    assert badnodes.excluded(sweep.root) == []
+    assert _run(sweep, 1, monkeypatch, "n2") == REQUEUE_EXIT
+    assert badnodes.excluded(sweep.root) == ["n2"]
+    [rec, _] = badnodes.failures(sweep.root)
+    assert (rec["trial"], rec["kind"], rec["blamed"], rec["exclude_after"]) == (
+        ids[0], "ecc", ["n2"], 2
+    )
+
+
+def test_the_node_budget_runs_out(tmp_path, spec_file, monkeypatch):
+    sweep, ids = _sweep(
+        tmp_path, spec_file, f"echo '{ECC}'; exit 1", requeue="budgets: {node: 1}"
+    )
+    assert _run(sweep, 0, monkeypatch, "n2") == REQUEUE_EXIT
+    assert _run(sweep, 0, monkeypatch, "n3") == 1
+    status = read_json(sweep.status(ids[0]))
+    assert (status["state"], status["cause"]) == ("FAILED", "node")
+    assert status["reason"] == "node budget exhausted (1 requeue)"
+
+
+def test_a_plain_python_exception_fails_and_blames_no_node(tmp_path, spec_file, monkeypatch):
+    say = "python3 -c 'raise ValueError(\"bad lr\")'"
+    sweep, ids = _sweep(tmp_path, spec_file, say)
+    assert _run(sweep, 0, monkeypatch, "n2") == 1
+    status = read_json(sweep.status(ids[0]))
+    assert (status["state"], status["cause"]) == ("FAILED", "error")  # as today
+    assert "blamed" not in status["attempts"][0] and status["attempts"][0]["nodes"] == ["n2"]
+    assert badnodes.failures(sweep.root) == []
+
+
+def test_the_users_exit_code_is_a_node_fault(tmp_path, spec_file, monkeypatch):
+    sweep, ids = _sweep(
+        tmp_path, spec_file, "exit 7", requeue="node_fault: {exit_codes: [7]}"
+    )
+    assert _run(sweep, 0, monkeypatch, "n4") == REQUEUE_EXIT
+    assert read_json(sweep.status(ids[0]))["attempts"][0]["evidence"] == "exit code 7"
+
+
+def test_a_vanished_attempt_blames_its_one_node(tmp_path, spec_file, monkeypatch):
+    from slurmkit.core.fsutil import atomic_write_json
+
+    sweep, ids = _sweep(tmp_path, spec_file, "exit 0")
+    os.makedirs(sweep.trial(ids[0]))
+    vanished = {"n": 1, "state": "RUNNING", "host": "n3", "start": 1.0, "nodes": ["n3"]}
+    atomic_write_json(sweep.status(ids[0]), {"id": ids[0], "index": 0, "attempts": [vanished]})
+    assert _run(sweep, 0, monkeypatch, "n1") == 0
+    first = read_json(sweep.status(ids[0]))["attempts"][0]
+    assert (first["cause"], first["blamed"]) == ("node_failure", ["n3"])
+    assert [r["kind"] for r in badnodes.failures(sweep.root)] == ["node_failure"]
+
+
+def test_later_submissions_get_the_sweeps_excluded_nodes(tmp_path, monkeypatch):
+    from slurmkit.backends import slurm
+
+    for n in (1, 2):
+        badnodes.record(str(tmp_path), {"trial": f"t{n}", "attempt": 1, "time": n,
+                                        "blamed": ["n2"], "kind": "ecc"})
+    assert slurm.exclude_option(str(tmp_path), {}) == ["--exclude=n2"]
+    assert slurm.exclude_option(str(tmp_path), {"exclude": "n[4-5]"}) == ["--exclude=n2,n4,n5"]
+    assert slurm.exclude_option(str(tmp_path / "none"), {"exclude": "n1"}) == []
