@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from . import backends, store
 from .backends.base import LiveTask
-from .core import states
+from .core import badnodes, states
 
 
 @dataclass
@@ -41,6 +41,7 @@ class SweepStatus:
     name: str
     trials: list[TrialStatus]
     warnings: list[str] = field(default_factory=list)  # damaged files: one line each
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # suspects (core/badnodes.py)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -68,6 +69,7 @@ class SweepStatus:
             "finished": self.finished,
             "trials": [t.as_dict() for t in self.trials],
             **({"warnings": self.warnings} if self.warnings else {}),
+            **({"nodes": self.nodes} if self.nodes else {}),
         }
 
 
@@ -103,7 +105,8 @@ def collect(root: str, *, with_metrics: bool = True, fresh: bool = False) -> Swe
             t.metrics = store.metrics(sweep, row["id"], warnings)
         trials.append(t)
     name = config.get("name") if isinstance(config.get("name"), str) else None
-    return SweepStatus(sweep.root, name or os.path.basename(sweep.root), trials, warnings)
+    suspects = [s.to_dict() for s in badnodes.suspects(sweep.root)]
+    return SweepStatus(sweep.root, name or os.path.basename(sweep.root), trials, warnings, suspects)
 
 
 def add_metrics(current: SweepStatus) -> SweepStatus:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import (
     BarColumn,
@@ -251,13 +251,41 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
     return table
 
 
+def nodes_view(rows: Sequence[dict[str, Any]], title: str, across: bool = False) -> Table:
+    """Suspect nodes (core/badnodes.py) with their evidence: a sweep's (``status``), or
+    ``across`` sweeps (``report``: in how many sweeps each is excluded)."""
+    table = Table(title=title, title_justify="left", expand=False, box=None, header_style="bold")
+    cols = (
+        ["node", "failures", "sweeps", "excluded in"]
+        if across
+        else ["node", "failures", "excluded", "trials"]
+    )
+    for col in [*cols, "last", "evidence"]:
+        table.add_column(col, overflow="fold" if col == "evidence" else "ellipsis")
+    for r in rows:
+        if across:
+            cells = [str(len(r["sweeps"])), str(r["excluded_in"])]
+        else:
+            cells = ["yes" if r["excluded"] else "no", str(len(r["trials"]))]
+        last = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["last"])) if r["last"] else ""
+        table.add_row(Text(r["node"]), str(r["failures"]), *cells, last, Text(r["evidence"]))
+    return table
+
+
+def _status_views(current: SweepStatus, show_all: bool) -> Group:
+    views: list[Table] = [status_view(current, show_all)]
+    if current.nodes:
+        views.append(nodes_view(current.nodes, "suspect nodes (excluded: --exclude for the rest)"))
+    return Group(*views)
+
+
 def print_status(current: SweepStatus, show_all: bool) -> None:
-    out.print(status_view(current, show_all))
+    out.print(_status_views(current, show_all))
 
 
 def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> SweepStatus:
     with Live(console=out, refresh_per_second=1) as live:
-        return wait(fetch, interval, lambda current: live.update(status_view(current, show_all)))
+        return wait(fetch, interval, lambda current: live.update(_status_views(current, show_all)))
 
 
 def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStatus:

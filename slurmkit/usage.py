@@ -32,7 +32,7 @@ from typing import Any
 
 from . import accounting, store
 from .accounting import Row
-from .core import states
+from .core import badnodes, states
 from .core.arrays import expand_array_spec
 from .core.layout import COMMENT_PREFIX, SweepDir
 from .errors import SpecError, UserError
@@ -66,6 +66,7 @@ class SweepReport:
     labels: dict[str, str]
     trials: list[TrialReport]
     figures: dict[str, Any]
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # suspects (core/badnodes.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class SweepReport:
             "labels": self.labels,
             **self.figures,
             "trials": [t.as_dict() for t in self.trials],
+            **({"nodes": self.nodes} if self.nodes else {}),
         }
 
 
@@ -93,6 +95,11 @@ class Report:
     def groups(self) -> list[tuple[str, dict[str, Any]]]:
         return groups(self.sweeps, self.by) if self.by else []
 
+    @cached_property
+    def nodes(self) -> list[dict[str, Any]]:
+        """The suspect nodes across the sweeps (core/badnodes.py)."""
+        return badnodes.across([(s.name, s.nodes) for s in self.sweeps if s.nodes])
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "query": self.query,
@@ -105,6 +112,8 @@ class Report:
             out["by"] = self.by
             out["groups"] = [{"group": key, **figs} for key, figs in self.groups()]
         out["sweeps"] = [s.as_dict() for s in self.sweeps]
+        if self.nodes:
+            out["nodes"] = self.nodes
         if self.warnings:
             out["warnings"] = self.warnings
         return out
@@ -247,7 +256,8 @@ class _Sweep:
                 found, records, state, partial(self.commits, tid), prices, now, since
             )
             trials.append(TrialReport(index, tid, state, attempts))
-        return SweepReport(self.dir.root, self.name, self.labels, trials, figures(trials))
+        suspects = [s.to_dict() for s in badnodes.suspects(self.dir.root)]
+        return SweepReport(self.dir.root, self.name, self.labels, trials, figures(trials), suspects)
 
     def commits(self, trial_id: str) -> list[float]:
         """When each checkpoint of the trial was committed (its journal; [] without one)."""

@@ -131,6 +131,10 @@ def print_tables(report: Report, show_trials: bool) -> None:
         out.print(table(f"{report.by} groups", [cells(k, f) for k, f in report.groups()]))
     if show_trials:
         out.print(trials_table(report.sweeps))
+    if report.nodes:
+        from .ui import nodes_view
+
+        out.print(nodes_view(report.nodes, "suspect nodes", across=True))
     unpriced = report.totals["unpriced"]
     if unpriced:
         note(

@@ -35,7 +35,10 @@ def test_a_slurm_host_list_is_expanded_as_scontrol_does(nodelist, names):
         ("NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version", "nccl"),
         ("RuntimeError: No CUDA GPUs are available", "no_gpu"),
         ("OSError: [Errno 30] Read-only file system: '/data/ckpt'", "mount"),
-        ("selfcheck FAILED: n1 rank 0: path: /shared: not a directory here: is it mounted?", "selfcheck"),
+        (
+            "selfcheck FAILED: n1 rank 0: path: /shared: not a directory here: is it mounted?",
+            "selfcheck",
+        ),
         ("slurmstepd: error: pyxis: couldn't start container", "container"),
     ],
 )
@@ -86,7 +89,9 @@ def test_a_signature_whose_node_is_unknown_is_a_nodes_fault_but_blames_none():
 
 
 def test_the_users_own_patterns_and_exit_codes():
-    blame = nodefault.attribute(1, "kernel: Xid 79 fell off the bus\n", ["n4"], patterns=[r"Xid \d+"])
+    blame = nodefault.attribute(
+        1, "kernel: Xid 79 fell off the bus\n", ["n4"], patterns=[r"Xid \d+"]
+    )
     assert blame == nodefault.Blame("pattern", ("n4",), "kernel: Xid 79 fell off the bus")
     blame = nodefault.attribute(139, "segfault\n", ["n4"], exit_codes=[139])
     assert blame == nodefault.Blame("exit_code", ("n4",), "exit code 139")
@@ -99,16 +104,31 @@ def test_rank_nodes_reads_slurm_tasks_per_node():
 
 
 def test_a_hang_blames_the_nodes_whose_ranks_stopped_first():
-    hang = {"timeout": 20, "ranks": {"0": {"node": "n1", "last_progress": 100.0},
-                                     "1": {"node": "n2", "last_progress": 160.0}}}
+    hang = {
+        "timeout": 20,
+        "ranks": {
+            "0": {"node": "n1", "last_progress": 100.0},
+            "1": {"node": "n2", "last_progress": 160.0},
+        },
+    }
     assert nodefault.hang_nodes(hang, ["n1", "n2"]) == ("n1",)
-    assert nodefault.hang_nodes({"timeout": 20, "nodes": {"n1": 150, "n2": 160}}, ["n1", "n2"]) == ()
+    assert (
+        nodefault.hang_nodes({"timeout": 20, "nodes": {"n1": 150, "n2": 160}}, ["n1", "n2"]) == ()
+    )
     assert nodefault.hang_nodes({"timeout": 20}, ["n1"]) == ()
 
 
 def _failure(trial, n, blamed, kind="ecc", t=0.0, **extra):
-    return {"trial": trial, "attempt": n, "time": t, "blamed": blamed, "kind": kind,
-            "evidence": f"{kind} on {blamed}", "nodes": blamed, **extra}
+    return {
+        "trial": trial,
+        "attempt": n,
+        "time": t,
+        "blamed": blamed,
+        "kind": kind,
+        "evidence": f"{kind} on {blamed}",
+        "nodes": blamed,
+        **extra,
+    }
 
 
 def test_a_node_is_excluded_after_two_failures_and_a_trial_avoids_its_own(tmp_path):
@@ -177,3 +197,22 @@ def test_damaged_records_are_skipped(tmp_path):
 
 def test_merged_joins_host_lists():
     assert badnodes.merged(["n[1-2]"], ["n2", "n4"]) == ["n1", "n2", "n4"]
+
+
+def test_suspects_across_sweeps_and_the_recent_ones_under_an_output_root(tmp_path):
+    for sweep, trial, node, t in (
+        ("a", "t1", "n2", 10),
+        ("a", "t2", "n2", 11),
+        ("b", "t1", "n2", 12),
+        ("b", "t2", "n1", 13),
+        ("old", "t1", "n3", 1),
+    ):
+        badnodes.record(str(tmp_path / sweep), _failure(trial, 1, [node], t=t))
+    (tmp_path / "not-a-sweep").mkdir()
+    rows = badnodes.recent(str(tmp_path), since=5)
+    assert [(r["node"], r["failures"], r["sweeps"], r["excluded_in"]) for r in rows] == [
+        ("n2", 3, ["a", "b"], 1),
+        ("n1", 1, ["b"], 0),
+    ]
+    assert rows[0]["evidence"] == "ecc on ['n2']" and rows[0]["last"] == 12
+    assert badnodes.recent(str(tmp_path / "none"), since=0) == []

@@ -58,14 +58,15 @@ def test_an_ecc_error_is_requeued_under_the_node_budget_and_excludes_after_two(
     assert badnodes.excluded(sweep.root) == ["n2"]
     [rec, _] = badnodes.failures(sweep.root)
     assert (rec["trial"], rec["kind"], rec["blamed"], rec["exclude_after"]) == (
-        ids[0], "ecc", ["n2"], 2
+        ids[0],
+        "ecc",
+        ["n2"],
+        2,
     )
 
 
 def test_the_node_budget_runs_out(tmp_path, spec_file, monkeypatch):
-    sweep, ids = _sweep(
-        tmp_path, spec_file, f"echo '{ECC}'; exit 1", requeue="budgets: {node: 1}"
-    )
+    sweep, ids = _sweep(tmp_path, spec_file, f"echo '{ECC}'; exit 1", requeue="budgets: {node: 1}")
     assert _run(sweep, 0, monkeypatch, "n2") == REQUEUE_EXIT
     assert _run(sweep, 0, monkeypatch, "n3") == 1
     status = read_json(sweep.status(ids[0]))
@@ -84,9 +85,7 @@ def test_a_plain_python_exception_fails_and_blames_no_node(tmp_path, spec_file, 
 
 
 def test_the_users_exit_code_is_a_node_fault(tmp_path, spec_file, monkeypatch):
-    sweep, ids = _sweep(
-        tmp_path, spec_file, "exit 7", requeue="node_fault: {exit_codes: [7]}"
-    )
+    sweep, ids = _sweep(tmp_path, spec_file, "exit 7", requeue="node_fault: {exit_codes: [7]}")
     assert _run(sweep, 0, monkeypatch, "n4") == REQUEUE_EXIT
     assert read_json(sweep.status(ids[0]))["attempts"][0]["evidence"] == "exit code 7"
 
@@ -108,8 +107,10 @@ def test_later_submissions_get_the_sweeps_excluded_nodes(tmp_path, monkeypatch):
     from slurmkit.backends import slurm
 
     for n in (1, 2):
-        badnodes.record(str(tmp_path), {"trial": f"t{n}", "attempt": 1, "time": n,
-                                        "blamed": ["n2"], "kind": "ecc"})
+        badnodes.record(
+            str(tmp_path),
+            {"trial": f"t{n}", "attempt": 1, "time": n, "blamed": ["n2"], "kind": "ecc"},
+        )
     assert slurm.exclude_option(str(tmp_path), {}) == ["--exclude=n2"]
     assert slurm.exclude_option(str(tmp_path), {"exclude": "n[4-5]"}) == ["--exclude=n2,n4,n5"]
     assert slurm.exclude_option(str(tmp_path / "none"), {"exclude": "n1"}) == []

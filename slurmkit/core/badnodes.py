@@ -177,3 +177,41 @@ def widespread(records: Iterable[dict[str, Any]], kind: str, nodes: Sequence[str
 def merged(*lists: Iterable[str]) -> list[str]:
     """Node names from several lists (each may hold Slurm host lists), once each, sorted."""
     return sorted({n for names in lists for item in names for n in expand(item)})
+
+
+def across(sweeps: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Suspects across sweeps: ``(sweep name, its suspects as dicts)`` in; per node its
+    failures, the sweeps that blamed it, how many of them exclude it, and the latest evidence
+    (most failures first)."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, rows in sweeps:
+        for s in rows:
+            row = found.setdefault(
+                s["node"],
+                {"node": s["node"], "failures": 0, "sweeps": [], "excluded_in": 0, "last": 0.0},
+            )
+            row["failures"] += int(s.get("failures") or 0)
+            row["excluded_in"] += bool(s.get("excluded"))
+            if name not in row["sweeps"]:
+                row["sweeps"].append(name)
+            if float(s.get("last") or 0) >= row["last"]:
+                row["last"], row["evidence"] = float(s.get("last") or 0), s.get("evidence", "")
+    return sorted(found.values(), key=lambda r: (-r["failures"], r["node"]))
+
+
+def recent(output_root: str, since: float) -> list[dict[str, Any]]:
+    """The suspects of the sweeps under ``output_root`` (its sweep directories, one level
+    down) blamed since ``since`` (epoch seconds), across those sweeps (:func:`across`)."""
+    try:
+        names = sorted(os.listdir(output_root))
+    except OSError:
+        return []
+    per_sweep = []
+    for name in names:
+        root = os.path.join(output_root, name)
+        if not os.path.isdir(path(root)):
+            continue
+        records = failures(root)
+        if any(float(r.get("time") or 0) >= since for r in records):
+            per_sweep.append((name, [s.to_dict() for s in tally(records) if s.last >= since]))
+    return across(per_sweep)

@@ -90,9 +90,7 @@ def _node_of(line: str, nodes: Sequence[str], ranks: Sequence[str]) -> str | Non
     return nodes[0] if len(nodes) == 1 else None
 
 
-def _matches(
-    output: str, patterns: Sequence[str]
-) -> list[tuple[str, str]]:
+def _matches(output: str, patterns: Sequence[str]) -> list[tuple[str, str]]:
     """(kind, line) of each output line matching a signature or one of the user's patterns."""
     users = [re.compile(p) for p in patterns]
     found = []
@@ -208,7 +206,11 @@ def unless_widespread(sweep_dir: str, blame: Blame | None) -> Blame | None:
     """``blame``, unless failures of its kind are the job's (:func:`badnodes.widespread`)."""
     if blame is None or not blame.nodes:
         return blame
-    return None if badnodes.widespread(badnodes.failures(sweep_dir), blame.kind, blame.nodes) else blame
+    return (
+        None
+        if badnodes.widespread(badnodes.failures(sweep_dir), blame.kind, blame.nodes)
+        else blame
+    )
 
 
 def note(

@@ -36,7 +36,7 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import containers, datacache, requeue, nodefault
+from . import containers, datacache, nodefault, requeue
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops

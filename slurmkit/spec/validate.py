@@ -586,7 +586,9 @@ def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
         budgets[cause] = count
     after = read(raw, "requeue.exclude_after", source)
     if after < 0:
-        raise SpecError(f"expected a count >= 0, got {after}", file=source, key="requeue.exclude_after")
+        raise SpecError(
+            f"expected a count >= 0, got {after}", file=source, key="requeue.exclude_after"
+        )
     return Requeue(
         enabled=enabled,
         signal=sig,
@@ -602,27 +604,34 @@ def _node_fault(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
     block = mapping(raw, "requeue.node_fault", source)
     if not block:
         return {}
-    out: dict[str, Any] = {"patterns": [], "exit_codes": []}
-    for name, kind in (("patterns", str), ("exit_codes", int)):
-        where = f"requeue.node_fault.{name}"
-        items = block.get(name) or []
-        if not isinstance(items, list):
-            items = [items]
-        for item in items:
+
+    def items(name: str, kind: type) -> list[Any]:
+        got = block.get(name) or []
+        for item in got if isinstance(got, list) else [got]:
             if not isinstance(item, kind) or isinstance(item, bool):
+                what = f"{type(item).__name__} {item!r}"
                 raise SpecError(
-                    f"expected a list of {kind.__name__}, got {type(item).__name__} {item!r}",
+                    f"expected a list of {kind.__name__}, got {what}",
                     file=source,
-                    key=where,
+                    key=f"requeue.node_fault.{name}",
                 )
-            if kind is int and not 0 <= item <= 255:
-                raise SpecError(f"not an exit code (0-255): {item}", file=source, key=where)
-            if kind is str:
-                try:
-                    re.compile(item)
-                except re.error as exc:
-                    raise SpecError(
-                        f"not a regular expression: {item!r} ({exc})", file=source, key=where
-                    ) from None
-            out[name].append(item)
-    return out
+        return got if isinstance(got, list) else [got]
+
+    patterns: list[str] = items("patterns", str)
+    codes: list[int] = items("exit_codes", int)
+    where = "requeue.node_fault."
+    for code in codes:
+        if not 0 <= code <= 255:
+            raise SpecError(
+                f"not an exit code (0-255): {code}", file=source, key=where + "exit_codes"
+            )
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SpecError(
+                f"not a regular expression: {pattern!r} ({exc})",
+                file=source,
+                key=where + "patterns",
+            ) from None
+    return {"patterns": patterns, "exit_codes": codes}
