@@ -114,3 +114,59 @@ def test_later_submissions_get_the_sweeps_excluded_nodes(tmp_path, monkeypatch):
     assert slurm.exclude_option(str(tmp_path), {}) == ["--exclude=n2"]
     assert slurm.exclude_option(str(tmp_path), {"exclude": "n[4-5]"}) == ["--exclude=n2,n4,n5"]
     assert slurm.exclude_option(str(tmp_path / "none"), {"exclude": "n1"}) == []
+
+
+def _shims(tmp_path, monkeypatch, pending: str):
+    """squeue (lists ``pending``), scontrol and sbatch that log their arguments; sinfo, 4 nodes."""
+    log, bin_dir = tmp_path / "calls.log", tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "squeue": f'echo "squeue $*" >> {log}; printf "%s\\n" {pending}',
+        "scontrol": f'echo "scontrol $*" >> {log}',
+        "sbatch": f'echo "sbatch $*" >> {log}; echo 42',
+        "sinfo": "printf 'n1\\nn2\\nn3\\nn4\\n'",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_a_newly_excluded_node_is_kept_from_the_sweeps_pending_tasks(
+    tmp_path, spec_file, monkeypatch
+):
+    from slurmkit.core.fsutil import atomic_write_json
+    from slurmkit.runtime.trial import TrialRun
+
+    sweep, ids = _sweep(tmp_path, spec_file, f"echo '{ECC}'; exit 1", trials=3)
+    os.makedirs(sweep.submissions, exist_ok=True)
+    atomic_write_json(
+        os.path.join(sweep.submissions, "0001.json"),
+        {"jobs": [{"job_id": "12", "offset": 0, "array": "0-2"}]},
+    )
+    log = _shims(tmp_path, monkeypatch, "12_0 12_2")  # trial 0 requeued, trial 2 not started
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "low")
+    badnodes.record(sweep.root, {"trial": ids[0], "attempt": 9, "time": 0, "blamed": ["n1"]})
+    for index in (0, 1):
+        monkeypatch.setenv("SLURM_JOB_NODELIST", "n2")
+        monkeypatch.setenv("SLURM_JOB_ID", str(100 + index))
+        run = TrialRun(sweep, index, under_slurm=True)
+        run.start()
+        assert run.wait() == REQUEUE_EXIT
+        if index == 0:
+            assert not log.exists()  # one failure: the sweep excludes nothing yet
+    assert log.read_text().splitlines() == [
+        "squeue -h -r -t PD -j 12 -o %i",
+        "scontrol update JobId=12_0 ExcNodeList=n1,n2",  # its own bad node kept
+        "scontrol update JobId=12_2 ExcNodeList=n2",
+    ]
+    assert [r.get("partition_nodes") for r in badnodes.failures(sweep.root)] == [None, 4, 4]
+
+
+def test_sbatch_passes_the_exclude_option(tmp_path, monkeypatch):
+    from slurmkit.backends import slurm
+
+    log = _shims(tmp_path, monkeypatch, "")
+    assert slurm.sbatch("job.sh", dependency="afterok:1", options=["--exclude=n2"]) == "42"
+    assert log.read_text() == "sbatch --parsable --exclude=n2 --dependency=afterok:1 job.sh\n"

@@ -160,7 +160,11 @@ def excluded(sweep_dir: str) -> list[str]:
 def for_trial(sweep_dir: str, trial_id: str) -> list[str]:
     """The nodes this trial's next attempt must avoid: the sweep's excluded nodes plus the
     nodes blamed for this trial's own earlier failures (sorted)."""
-    records = failures(sweep_dir)
+    return avoid(failures(sweep_dir), trial_id)
+
+
+def avoid(records: Sequence[dict[str, Any]], trial_id: str) -> list[str]:
+    """:func:`for_trial` of a sweep's ``records`` (pure)."""
     own = {n for r in records if r.get("trial") == trial_id for n in r.get("blamed") or []}
     return sorted(own | {s.node for s in tally(records) if s.excluded})
 

@@ -15,15 +15,17 @@ blamed for it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core import badnodes
 from ..core.fsutil import read_json
+from ..core.layout import SweepDir
 
 # (kind, pattern): what a failing node prints. The container failures are pyxis's own start
 # errors on the node (not a missing plugin, which is the cluster's, nor an image that cannot be
@@ -180,10 +182,10 @@ def partition_nodes(env: Mapping[str, str] = os.environ) -> int | None:
     return len(names) or None
 
 
-def exclude_pending(job_ids: Sequence[str], nodes: Sequence[str]) -> None:
-    """Give the pending tasks of the arrays ``job_ids`` ``ExcNodeList=nodes`` (a running job
-    cannot change it; Slurm refuses it for those, which is fine: they are not on it now)."""
-    if not job_ids or not nodes:
+def exclude_pending(job_ids: Sequence[str], nodes_of: Callable[[str], Sequence[str]]) -> None:
+    """Give each pending task (``ARRAY_TASK``) of the arrays ``job_ids`` ``ExcNodeList=``
+    ``nodes_of(task)`` (a pending job is the only one whose ExcNodeList may change)."""
+    if not job_ids:
         return
     try:
         proc = subprocess.run(
@@ -193,11 +195,13 @@ def exclude_pending(job_ids: Sequence[str], nodes: Sequence[str]) -> None:
             timeout=20,
         )
         for task in proc.stdout.split() if proc.returncode == 0 else []:
-            subprocess.run(
-                ["scontrol", "update", f"JobId={task}", f"ExcNodeList={','.join(nodes)}"],
-                capture_output=True,
-                timeout=20,
-            )
+            nodes = nodes_of(task)
+            if nodes:
+                subprocess.run(
+                    ["scontrol", "update", f"JobId={task}", f"ExcNodeList={','.join(nodes)}"],
+                    capture_output=True,
+                    timeout=20,
+                )
     except (OSError, subprocess.TimeoutExpired):
         return
 
@@ -248,20 +252,45 @@ def note(
             "partition_nodes": partition_nodes(),
         },
     )
-    now = badnodes.excluded(sweep_dir)
-    if set(now) - set(before):
-        exclude_pending(_sweep_jobs(sweep_dir), now)
+    records = badnodes.failures(sweep_dir)
+    if {s.node for s in badnodes.tally(records) if s.excluded} - set(before):
+        jobs = _sweep_jobs(sweep_dir)
+        trials = _trial_ids(sweep_dir)
+
+        def nodes_of(task: str) -> list[str]:
+            job, _, index = task.partition("_")
+            trial = trials.get(jobs.get(job, 0) + int(index)) if index.isdigit() else None
+            return badnodes.avoid(records, trial or "")
+
+        exclude_pending(list(jobs), nodes_of)
 
 
-def _sweep_jobs(sweep_dir: str) -> list[str]:
-    """The array job ids the sweep's submission records name."""
-    found: list[str] = []
-    folder = os.path.join(sweep_dir, "submissions")
+def _sweep_jobs(sweep_dir: str) -> dict[str, int]:
+    """The array job ids the sweep's submission records name, each with its offset."""
+    found: dict[str, int] = {}
+    folder = SweepDir(sweep_dir).submissions
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         try:
             rec = read_json(os.path.join(folder, name))
         except (OSError, ValueError):
             continue
-        jobs = rec.get("jobs") if isinstance(rec, dict) else None
-        found += [str(j["job_id"]) for j in jobs or [] if isinstance(j, dict) and j.get("job_id")]
-    return list(dict.fromkeys(found))
+        for job in (rec.get("jobs") if isinstance(rec, dict) else None) or []:
+            if isinstance(job, dict) and job.get("job_id"):
+                found[str(job["job_id"])] = int(job.get("offset") or 0)
+    return found
+
+
+def _trial_ids(sweep_dir: str) -> dict[int, str]:
+    """Trial index -> id, from the sweep's manifest (trials.jsonl)."""
+    out: dict[int, str] = {}
+    try:
+        with open(SweepDir(sweep_dir).manifest, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                    out[int(row["index"])] = str(row["id"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return out
