@@ -347,7 +347,8 @@ KEYS: tuple[Key, ...] = (
     Key(
         "requeue.budgets",
         "map",
-        "requeues allowed per cause (`null`: unlimited)",
+        "requeues allowed per cause (`null`: unlimited); `node` (a failure attributed to its "
+        "node) is 3 unless given",
         default=BUDGETS,
         choices=CAUSES,
         what="cause to count",

@@ -607,7 +607,13 @@ def _node_fault(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
 
     def items(name: str, kind: type) -> list[Any]:
         got = block.get(name) or []
-        for item in got if isinstance(got, list) else [got]:
+        if not isinstance(got, list):
+            raise SpecError(
+                f"expected a list, got {type(got).__name__} {got!r}",
+                file=source,
+                key=f"requeue.node_fault.{name}",
+            )
+        for item in got:
             if not isinstance(item, kind) or isinstance(item, bool):
                 what = f"{type(item).__name__} {item!r}"
                 raise SpecError(
@@ -615,7 +621,7 @@ def _node_fault(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
                     file=source,
                     key=f"requeue.node_fault.{name}",
                 )
-        return got if isinstance(got, list) else [got]
+        return got
 
     patterns: list[str] = items("patterns", str)
     codes: list[int] = items("exit_codes", int)
