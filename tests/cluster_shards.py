@@ -39,7 +39,7 @@ SECONDS: dict[str, float] = {
     "test_notebook.py": 40,
     "test_distributed.py": 33,
     "test_data_block.py": 19,
-    "test_cluster_nodes.py": 30,
+    "test_cluster_nodes.py": 20,
     "test_cluster_preflight.py": 15,
     "test_pollcache.py": 4,
     "test_papercuts.py": 2,

@@ -33,7 +33,7 @@ from ..core.layout import SweepDir
 SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(pattern))
     for kind, pattern in (
-        ("ecc", r"(?i)uncorrectable ECC error|ECC error|CUDA_ERROR_ECC_UNCORRECTABLE"),
+        ("ecc", r"(?i)uncorrectable ECC error|CUDA_ERROR_ECC_UNCORRECTABLE"),
         ("nccl", r"NCCL\b.*\bunhandled system error"),
         ("no_gpu", r"No CUDA GPUs are available|no CUDA-capable device is detected"),
         ("mount", r"Read-only file system|Transport endpoint is not connected|Stale file handle"),
