@@ -216,3 +216,16 @@ def test_suspects_across_sweeps_and_the_recent_ones_under_an_output_root(tmp_pat
     ]
     assert rows[0]["evidence"] == "ecc on ['n2']" and rows[0]["last"] == 12
     assert badnodes.recent(str(tmp_path / "none"), since=0) == []
+
+
+def test_an_unlabelled_multi_node_failure_blames_the_node_whose_tasks_exited():
+    out = (
+        f"{ECC}\nsrun: error: n2: task 1: Exited with exit code 1\n"
+        "srun: error: n1: task 0: Killed\n"
+    )
+    blame = nodefault.attribute(1, out, ["n1", "n2"])
+    assert blame is not None and blame.nodes == ("n2",)
+    everywhere = out + "srun: error: n1: task 0: Exited with exit code 1\n"
+    assert nodefault.attribute(1, everywhere, ["n1", "n2"]).nodes == ()
+    code = "srun: error: n3: tasks 4-5: Exited with exit code 7\n"
+    assert nodefault.attribute(7, code, ["n1", "n2", "n3"], exit_codes=[7]).nodes == ("n3",)

@@ -50,6 +50,8 @@ SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _LABEL = re.compile(r"^\s*(\d+): ")
 # the self-check names its host: "selfcheck FAILED: HOST rank N: ..."
 _SELFCHECK_HOST = re.compile(r"selfcheck FAILED: (\S+)")
+# srun's line for a node whose tasks exited non-zero (not those it killed afterwards)
+_EXITED = re.compile(r"srun: error: (\S+): tasks? [\d,\-\[\]]+: Exited with exit code", re.M)
 MAX_EVIDENCE = 300  # characters of the matched line kept
 
 
@@ -130,10 +132,18 @@ def attribute(
         if len(nodes) > 1 and set(blamed) == set(nodes):
             return None  # every node says it: the job's, not a node's
         kind, line = next(((k, ln) for k, ln in hits if _node_of(ln, nodes, ranks)), hits[0])
-        return Blame(kind, tuple(sorted(blamed)), line[:MAX_EVIDENCE])
+        return Blame(kind, tuple(sorted(blamed) or _exited(output, nodes)), line[:MAX_EVIDENCE])
     if code in exit_codes:
-        return Blame("exit_code", tuple(nodes) if len(nodes) == 1 else (), f"exit code {code}")
+        who = tuple(nodes) if len(nodes) == 1 else _exited(output, nodes)
+        return Blame("exit_code", who, f"exit code {code}")
     return None
+
+
+def _exited(output: str, nodes: Sequence[str]) -> tuple[str, ...]:
+    """The nodes whose tasks srun saw exit non-zero (``srun: error: NODE: task 3: Exited with
+    exit code 1``), when they are some of the attempt's nodes but not all; else ()."""
+    seen = {m[1] for m in _EXITED.finditer(output)} & set(nodes)
+    return tuple(sorted(seen)) if len(seen) < len(nodes) else ()
 
 
 def hang_nodes(hang: Mapping[str, Any], nodes: Sequence[str]) -> tuple[str, ...]:
