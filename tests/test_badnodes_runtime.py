@@ -170,3 +170,25 @@ def test_sbatch_passes_the_exclude_option(tmp_path, monkeypatch):
     log = _shims(tmp_path, monkeypatch, "")
     assert slurm.sbatch("job.sh", dependency="afterok:1", options=["--exclude=n2"]) == "42"
     assert log.read_text() == "sbatch --parsable --exclude=n2 --dependency=afterok:1 job.sh\n"
+
+
+def test_a_function_job_whose_step_died_of_its_node_is_requeued_under_the_node_budget(
+    tmp_path, monkeypatch
+):
+    """The function job's step died without a result, with an ECC error on its one node."""
+    import pytest
+
+    pytest.importorskip("submitit")
+    from slurmkit.core.jobcontract import JobContract, Policy
+    from slurmkit.runtime.fnjob import Supervisor
+
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n3")
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    say = f"echo '{ECC}' >> {folder / '7_0_log.err'}; exit 1"
+    sup = Supervisor(JobContract(folder=str(folder), requeue=Policy()), ["sh", "-c", say])
+    assert sup.begin() is None and sup.start()
+    assert sup.finish(sup.wait_step()) == REQUEUE_EXIT
+    [done] = sup.record["attempts"]
+    assert (done["state"], done["cause"], done["blamed"]) == ("REQUEUED", "node", ["n3"])
