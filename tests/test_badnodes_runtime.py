@@ -192,3 +192,18 @@ def test_a_function_job_whose_step_died_of_its_node_is_requeued_under_the_node_b
     assert sup.finish(sup.wait_step()) == REQUEUE_EXIT
     [done] = sup.record["attempts"]
     assert (done["state"], done["cause"], done["blamed"]) == ("REQUEUED", "node", ["n3"])
+
+
+def test_the_submitit_backend_excludes_them_too(tmp_path, spec_file):
+    import pytest
+
+    pytest.importorskip("submitit")
+    from slurmkit import spec as spec_mod
+    from slurmkit.backends.submitit import Trials
+
+    s = spec_mod.load(str(spec_file("command: [/bin/true]\nparams: {a: [1]}\n")))
+    assert "exclude" not in Trials(s, str(tmp_path)).parameters["additional_parameters"]
+    for n in (1, 2):
+        badnodes.record(str(tmp_path), {"trial": f"t{n}", "attempt": 1, "time": n,
+                                        "blamed": ["n2"], "kind": "ecc"})  # fmt: skip
+    assert Trials(s, str(tmp_path)).parameters["additional_parameters"]["exclude"] == "n2"
