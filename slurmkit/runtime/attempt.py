@@ -18,6 +18,9 @@
   watchdog) is one more entry there.
 - **The decision**: :func:`~slurmkit.runtime.requeue.classify` and ``decide``, per-cause budgets
   over the earlier attempts; outside the policy an exit is COMPLETED, FAILED or TERMINATED.
+  An exit of its own that :meth:`Attempt.attribute` pins on the job's nodes
+  (:mod:`~slurmkit.runtime.nodefault`) is cause ``node``; the record keeps ``nodes`` (from
+  ``open``), ``blamed`` and ``evidence``.
 - **The environment contract**: ``env_runtime`` with its placeholders filled
   (:func:`runtime_env`) and ``SLURMKIT_REQUEUE_SIGNAL``.
 
