@@ -207,3 +207,18 @@ def test_the_submitit_backend_excludes_them_too(tmp_path, spec_file):
         badnodes.record(str(tmp_path), {"trial": f"t{n}", "attempt": 1, "time": n,
                                         "blamed": ["n2"], "kind": "ecc"})  # fmt: skip
     assert Trials(s, str(tmp_path)).parameters["additional_parameters"]["exclude"] == "n2"
+
+
+def test_a_failure_seen_on_more_nodes_than_may_be_excluded_is_the_trials(
+    tmp_path, spec_file, monkeypatch
+):
+    """Two nodes already blamed for the same kind (a partition of 4 may lose one): a third node
+    showing it means the job fails everywhere: FAILED as the trial's error, no node blamed."""
+    sweep, ids = _sweep(tmp_path, spec_file, f"echo '{ECC}'; exit 1")
+    for n, node in enumerate(["n1", "n2"]):
+        badnodes.record(sweep.root, {"trial": f"x{n}", "attempt": 1, "time": n, "kind": "ecc",
+                                     "blamed": [node], "partition_nodes": 4})  # fmt: skip
+    assert _run(sweep, 0, monkeypatch, "n3") == 1
+    status = read_json(sweep.status(ids[0]))
+    assert (status["state"], status["cause"]) == ("FAILED", "error")
+    assert "blamed" not in status["attempts"][0] and len(badnodes.failures(sweep.root)) == 2
