@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ WAITING = ("queued", "hold")
 ALLOCATED_LOST = ("restart", "lost_work", "hang", "bad_node", "failed")
 LOST = WAITING + ALLOCATED_LOST
 NODE_CAUSES = ("node", "node_failure")
+_HOURS = attrgetter(*(f"{kind}_hours" for kind in KINDS))
 
 
 def first_step(
@@ -97,6 +99,10 @@ def split(
     if a.start is None or not a.units:
         return
     per_s = a.units / 3600
+    if previous is None and a.outcome == "completed" and a.eligible is not None:  # most
+        a.queued_hours = per_s * max(0.0, a.start - a.eligible)
+        a.productive_hours = a.useful_hours
+        return
     unknown: list[str] = []
     requeued = previous is not None and bool(a.job) and previous.job == a.job
     eligible = a.eligible
@@ -110,7 +116,7 @@ def split(
             a.hold_hours = per_s * max(0.0, eligible - previous.end)
     stop = a.start + (a.run_s or 0.0)
     if a.outcome == "running":
-        a.unknown = unknown
+        a.unknown = tuple(unknown)
         return
     began = a.start
     if a.n > 1:
@@ -135,7 +141,7 @@ def split(
             a.lost_work_hours = lost
         else:
             a.failed_hours = lost
-    a.unknown = unknown
+    a.unknown = tuple(unknown)
 
 
 def summary(attempts: Sequence[Attempt], unit: str) -> dict[str, Any] | None:
@@ -145,7 +151,8 @@ def summary(attempts: Sequence[Attempt], unit: str) -> dict[str, Any] | None:
     mine = [a for a in attempts if a.unit == unit and a.units]
     if not mine:
         return None
-    hours = {kind: sum(getattr(a, f"{kind}_hours") for a in mine) for kind in KINDS}
+    columns = zip(*map(_HOURS, mine))
+    hours = {kind: sum(column) for kind, column in zip(KINDS, columns)}
     lost = sum(hours[k] for k in LOST)
     allocated = hours["productive"] + sum(hours[k] for k in ALLOCATED_LOST)
     return {

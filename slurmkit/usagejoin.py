@@ -9,7 +9,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import goodput
@@ -74,7 +74,7 @@ class Attempt:
     cost: float | None = None  # None: its partition has no price
     eligible: float | None = None  # when it could start (accounting's Eligible)
     first_step: float | None = None  # its first step (an attempt after the trial's first)
-    blamed: list[str] = field(default_factory=list)  # nodes its failure was attributed to
+    blamed: tuple[str, ...] = ()  # the nodes its failure was attributed to
     # where its unit-hours went (goodput.KINDS; running_hours above), and the figures unknown
     productive_hours: float = 0.0
     queued_hours: float = 0.0
@@ -84,7 +84,7 @@ class Attempt:
     hang_hours: float = 0.0
     bad_node_hours: float = 0.0
     failed_hours: float = 0.0
-    unknown: list[str] = field(default_factory=list)
+    unknown: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)  # scalars only: no deep copy (asdict) of 10,000 attempts
@@ -221,14 +221,16 @@ def join_trial(
                 seen = number(rec.get("last_checkpoint")) if rec else None
                 a.checkpoint = seen if seen is not None and a.start <= seen < stop + 1 else None
         hours(a, now)
-        blamed = rec.get("blamed") if rec else None
-        a.blamed = [str(n) for n in blamed] if isinstance(blamed, list) else []
-        if n > 1 and a.start is not None and a.units:
-            if reported is None and not (rec and "first_progress" in rec):
-                reported = reports()
-            stop = a.start + (a.run_s or 0.0)
-            a.first_step = goodput.first_step(rec, reported or [], a.start, stop)
-        goodput.split(a, out[-1] if out else None, a.first_step, goodput.hang_start(rec, cause))
+        if rec is not None and isinstance(rec.get("blamed"), list):
+            a.blamed = tuple(str(name) for name in rec["blamed"])
+        if a.units and a.start is not None:
+            if n > 1:
+                if reported is None and not (rec and "first_progress" in rec):
+                    reported = reports()
+                stop = a.start + (a.run_s or 0.0)
+                a.first_step = goodput.first_step(rec, reported or (), a.start, stop)
+            hang = goodput.hang_start(rec, cause) if rec is not None else None
+            goodput.split(a, out[-1] if out else None, a.first_step, hang)
         price = prices.get(a.partition)
         total = a.useful_hours + a.lost_hours + a.running_hours
         a.cost = total * price if price is not None else (0.0 if not total else None)

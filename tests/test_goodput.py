@@ -72,7 +72,7 @@ def test_hold_restart_and_work_lost_since_the_last_checkpoint():
     assert seconds(a) == {"productive": 590, "lost_work": 10}
     # the hold: from the last attempt's end to Eligible (the old job's epilog included)
     assert seconds(b) == {"hold": 125, "queued": 5, "restart": 15, "productive": 985}
-    assert (b.eligible, b.first_step, b.unknown) == (T0 + 725, T0 + 745, [])
+    assert (b.eligible, b.first_step, b.unknown) == (T0 + 725, T0 + 745, ())
     split = goodput.summary([a, b], "gpu")
     lost = 10 + 125 + 5 + 15
     assert split["lost"] == pytest.approx(lost * H)
@@ -98,7 +98,7 @@ def test_the_first_step_comes_from_the_metrics_where_the_record_has_none():
     # neither: the restart is unknown (zero, and said so), its time counted productive
     _, b = join(TIMEOUT_ROWS, bare)
     assert seconds(b) == {"hold": 125, "queued": 5, "productive": 1000}
-    assert b.unknown == ["restart"] and b.first_step is None
+    assert b.unknown == ("restart",) and b.first_step is None
     assert goodput.summary([b], "gpu")["unknown"] == {"restart": 1}
     # a record that has it: no metrics read
     read.clear()
@@ -121,7 +121,7 @@ def test_a_hang_costs_from_its_last_progress_to_its_end():
     assert seconds(join(TIMEOUT_ROWS, records)[0])["hang"] == 150
     records[0] = {**records[0], "last_progress": None}
     a, _ = join(TIMEOUT_ROWS, records)
-    assert seconds(a) == {"productive": 300, "lost_work": 300} and a.unknown == ["hang"]
+    assert seconds(a) == {"productive": 300, "lost_work": 300} and a.unknown == ("hang",)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +141,7 @@ def test_a_node_attributed_failure_is_bad_node_time_from_its_last_checkpoint(rec
         assert seconds(a) == {"bad_node": 600}
     else:
         assert seconds(a) == {"productive": 200, "bad_node": 400}
-    assert a.blamed == (recorded or {}).get("blamed", [])
+    assert a.blamed == tuple((recorded or {}).get("blamed", ()))
 
 
 def test_a_failed_attempt_is_lost_after_its_restart_and_a_running_one_not_split():
@@ -167,7 +167,7 @@ def test_waits_without_eligible_and_a_resubmission_are_not_a_hold():
     rows = [TIMEOUT_ROWS[0], TIMEOUT_ROWS[1]._replace(eligible=None)]
     _, b = join(rows, TIMEOUT_RECORDS)
     assert seconds(b) == {"hold": 4, "queued": 126, "restart": 15, "productive": 985}
-    assert b.unknown == ["hold"]
+    assert b.unknown == ("hold",)
     # a trial resumed as a new job (slurmkit resume): its wait is queue time, from Eligible
     again = TIMEOUT_ROWS[1]._replace(job="20", raw="21", submit=T0 + 5000, eligible=T0 + 5000,
                                      start=T0 + 5030, end=T0 + 6030)  # fmt: skip
