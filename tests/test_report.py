@@ -21,9 +21,9 @@ from slurmkit import usage as rep
 from slurmkit.core.layout import SweepDir
 from slurmkit.errors import SpecError, UserError
 
-# Real rows of `sacct --parsable2 --duplicates --allocations` (FIELDS order; Eligible, the
-# 6th, added when the query gained it): an array whose
-# task 1 was requeued, a failed task, a pending array record, a job that is no array.
+# Real rows of `sacct --parsable2 --duplicates --allocations` (FIELDS order; Eligible, the 6th,
+# added when the query gained it): an array whose task 1 was requeued, a failed task, a pending
+# array record, a job that is no array.
 REAL = """\
 2_0|3|COMPLETED|0:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:26|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
 2_1|4|REQUEUED|0:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:22|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
