@@ -409,6 +409,7 @@ def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
         "cost": cost,
         "cost_per_success": cost / successful if cost is not None and successful else None,
         "unpriced": unpriced,
+        "blamed": dict(Counter(node for a in attempts for node in a.blamed).most_common()),
     }
 
 

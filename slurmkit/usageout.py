@@ -140,6 +140,10 @@ def print_tables(report: Report, show_trials: bool) -> None:
         out.print(split)
     if show_trials:
         out.print(trials_table(report.sweeps))
+    blamed = report.totals["blamed"]
+    if blamed:
+        named = ", ".join(f"{node} ({n})" for node, n in blamed.items())
+        note(f"nodes that failures were put on (attempts): {named}")
     unpriced = report.totals["unpriced"]
     if unpriced:
         note(
@@ -274,6 +278,7 @@ _METRICS = {
     "ettr": ("gauge", "Effective training time ratio: productive over wall time since eligible."),
     "ettr_allocated": ("gauge", "Productive over allocated time (no queue, no hold)."),
     "goodput_unknown_attempts": ("gauge", "Attempts whose records lack a figure of the split."),
+    "blamed_attempts": ("gauge", "Attempts whose failure was put on a node, by node."),
 }
 
 
@@ -340,6 +345,8 @@ def _series(
         add("ettr_allocated", split["ettr_allocated"], unit=unit)
         for figure, n in split["unknown"].items():
             add("goodput_unknown_attempts", n, unit=unit, figure=figure)
+    for node, n in figs["blamed"].items():
+        add("blamed_attempts", n, node=node)
 
 
 def _labels(labels: dict[str, str]) -> str:

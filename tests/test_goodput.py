@@ -144,6 +144,19 @@ def test_a_node_attributed_failure_is_bad_node_time_from_its_last_checkpoint(rec
     assert a.blamed == tuple((recorded or {}).get("blamed", ()))
 
 
+def test_the_nodes_blamed_are_counted_per_sweep(capsys):
+    blamed = {"state": "REQUEUED", "cause": "node", "blamed": ["n3"]}
+    records = [record(start=T0 + 1, end=T0 + 600, **blamed), TIMEOUT_RECORDS[1]]
+    trials = [rep.TrialReport(i, str(i), "COMPLETED", join(TIMEOUT_ROWS, records)) for i in (0, 1)]
+    sweep = rep.SweepReport("/r/s", "s", {}, trials, rep.figures(trials))
+    report = rep.Report([sweep], {}, ["sacct"])
+    assert report.as_dict()["sweeps"][0]["blamed"] == {"n3": 2} == report.totals["blamed"]
+    assert re.search(r'^slurmkit_report_blamed_attempts\{.*node="n3"\} 2$',
+                     usageout.prometheus(report), re.M)  # fmt: skip
+    usageout.print_tables(report, show_trials=False)
+    assert "n3 (2)" in capsys.readouterr().err
+
+
 def test_a_failed_attempt_is_lost_after_its_restart_and_a_running_one_not_split():
     first, failed = join(
         TIMEOUT_ROWS,
