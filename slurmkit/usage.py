@@ -13,6 +13,11 @@ checkpoint kept. An attempt's GPU-hours (CPU-hours where it had no GPU) are
   container that did not start, a time limit or cancel that ended the trial, a budget spent);
 - running: still allocated now.
 
+Where they went, and each sweep's ETTR, is :mod:`.goodput`'s split: queued, requeue hold,
+restart, productive, work lost since the last checkpoint, hang, bad node, failed, running
+(sacct's ``Eligible`` for the waits; the runtime's records, and the trial's metrics times, for
+each attempt's first step, last checkpoint and hang).
+
 Costs come from the user config's ``report: {prices: {PARTITION: PRICE}}`` (per GPU-hour, or per
 CPU-hour for attempts without GPUs). :func:`collect` does the I/O; everything after it
 (:func:`join_trial` in :mod:`.usagejoin`, :func:`figures`, :func:`groups`) is a pure function of
@@ -30,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
-from . import accounting, store
+from . import accounting, goodput, store
 from .accounting import Row
 from .core import badnodes, states
 from .core.arrays import expand_array_spec
@@ -253,7 +258,14 @@ class _Sweep:
                 recorded = states.DAMAGED
             state = trial_state(recorded, found)
             attempts = join_trial(
-                found, records, state, partial(self.commits, tid), prices, now, since
+                found,
+                records,
+                state,
+                partial(self.commits, tid),
+                prices,
+                now,
+                since,
+                partial(self.reports, tid),
             )
             trials.append(TrialReport(index, tid, state, attempts))
         suspects = [s.to_dict() for s in badnodes.suspects(self.dir.root)]
@@ -261,7 +273,14 @@ class _Sweep:
 
     def commits(self, trial_id: str) -> list[float]:
         """When each checkpoint of the trial was committed (its journal; [] without one)."""
-        path = self.dir.checkpoint_journal(trial_id)
+        return self._times(self.dir.checkpoint_journal(trial_id))
+
+    def reports(self, trial_id: str) -> list[float]:
+        """When the trial reported metrics (``metrics.jsonl``; [] without one)."""
+        return self._times(os.path.join(self.dir.trial(trial_id), "metrics.jsonl"))
+
+    def _times(self, path: str) -> list[float]:
+        """The ``time`` of each line of a JSON-lines file; damaged lines warned of."""
         try:
             with open(path, "rb") as fh:
                 text = fh.read().decode("utf-8", "replace")
@@ -352,7 +371,8 @@ def _jobs_only(
 
 def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
     """The numbers of a set of trials: states, failure rate, attempts by cause, queue delay,
-    run time, unit-hours useful / lost / running, cost and cost per successful trial."""
+    run time, unit-hours useful / lost / running and where they went (with the ETTR), cost
+    and cost per successful trial."""
     attempts = [a for t in trials for a in t.attempts]
     counts = Counter(t.state for t in trials)
     successful = counts[states.COMPLETED]
@@ -371,6 +391,9 @@ def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
             if mine
             else None
         )
+    split = {f"{unit}_goodput": goodput.summary(attempts, unit) for unit in ("gpu", "cpu")}
+    main = split["gpu_goodput"] or split["cpu_goodput"]
+    ettr = main["ettr"] if main else None
     unpriced = sorted({a.partition for a in attempts if a.cost is None})
     accounted = any(a.units for a in attempts)
     cost = sum(a.cost or 0.0 for a in attempts) if accounted and not unpriced else None
@@ -391,9 +414,12 @@ def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
         },
         "run_s": sum(a.run_s or 0.0 for a in attempts),
         **spend,
+        **split,
+        "ettr": ettr,
         "cost": cost,
         "cost_per_success": cost / successful if cost is not None and successful else None,
         "unpriced": unpriced,
+        "blamed": dict(Counter(node for a in attempts for node in a.blamed).most_common()),
     }
 
 
