@@ -10,6 +10,21 @@ from typing import Any
 from ..core.fsutil import atomic_write_json, read_json
 
 
+class Pruned(SystemExit):
+    """Raised by :func:`report` at a rung where the sweep's search stops this trial (its
+    decision is already in the trial's ``search.json``). Left uncaught it ends the process with
+    exit 0 and no traceback (it is a ``SystemExit``, so ``except Exception`` does not swallow
+    it); the runtime then records the trial as PRUNED. A loop that wants to clean up catches it:
+    ``except slurmkit.Pruned``."""
+
+    def __init__(self, message: str = "pruned") -> None:
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def params() -> dict[str, Any]:
     """This trial's parameters (dotted keys), from ``SLURMKIT_PARAMS``; ``{}`` outside a trial."""
     return json.loads(os.environ.get("SLURMKIT_PARAMS") or "{}")
