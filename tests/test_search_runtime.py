@@ -140,9 +140,9 @@ def test_a_pruned_trial_raises_again_on_any_report(monkeypatch, tmp_path):
     run_curve(monkeypatch, tmp_path, "a", 0.0)
     assert run_curve(monkeypatch, tmp_path, "b", 1.0) == 1
     # its process caught Pruned and reports again; a new attempt reports again
-    with Process(monkeypatch, tmp_path, "b"):
-        with pytest.raises(slurmkit.Pruned, match="pruned at rung 0"):
-            report(step=2, val_loss=0.0)
+    pruned = pytest.raises(slurmkit.Pruned, match="pruned at rung 0")
+    with Process(monkeypatch, tmp_path, "b"), pruned:
+        report(step=2, val_loss=0.0)
 
 
 def test_a_requeued_trial_keeps_its_decisions(monkeypatch, tmp_path):
@@ -229,9 +229,8 @@ def test_median_rule_judges_the_best_so_far(monkeypatch, tmp_path):
         report(step=1, val_loss=3.0)  # worse than the median (1.1), but its best is not
         assert p.decisions()["rungs"][0]["threshold"] == pytest.approx(1.1)
         assert p.decisions()["rungs"][0]["decision"] == "continue"
-    with Process(monkeypatch, tmp_path, "u", method="median"):
-        with pytest.raises(slurmkit.Pruned):
-            report(step=1, val_loss=2.0)
+    with Process(monkeypatch, tmp_path, "u", method="median"), pytest.raises(slurmkit.Pruned):
+        report(step=1, val_loss=2.0)
 
 
 # --- the runtime: a pruned trial ends PRUNED, exit 0 ----------------------------------------
