@@ -300,3 +300,55 @@ def test_a_trial_stopped_after_its_pruning_decision_ends_pruned(tmp_path):
     assert (code, status["state"], status["exit_code"]) == (0, "PRUNED", 0)
     assert status["attempts"][0]["state"] == "PRUNED"
     assert not os.path.exists(os.path.join(trial, "epochs.txt"))
+
+
+# --- every backend's path: the local backend through the CLI, and function sweeps ----------
+
+
+@pytest.mark.slow
+def test_a_local_sweep_with_a_search_prunes_and_exits_0(tmp_path):
+    from conftest import local_sweep, run_cli
+
+    proc, result = local_sweep(
+        tmp_path,
+        f"""
+command: [python, {CURVE}]
+params: {{q: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], epochs: 9}}
+max_parallel: 1
+search: {{metric: val_loss, max_resource: 9, reduction_factor: 2}}
+""",
+    )
+    assert proc.returncode == 0, proc.stderr
+    st = run_cli("status", result["sweep_dir"], "--json")
+    assert st.returncode == 0  # PRUNED is no failure
+    trials = json.loads(st.stdout)["trials"]
+    # one at a time, best first: each later trial is the worst at its first rung
+    assert [t["state"] for t in trials] == ["COMPLETED"] + ["PRUNED"] * 5
+    assert all(t["exit_code"] == 0 for t in trials)
+    root = Path(result["sweep_dir"])
+    ran = [len((root / "trials" / t["id"] / "epochs.txt").read_text().split()) for t in trials]
+    assert ran == [9, 1, 1, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_a_function_sweep_reports_and_ends_pruned(tmp_path):
+    def train(q: float) -> float:
+        for epoch in range(1, 10):
+            slurmkit.report(step=epoch, val_loss=q + 1 / epoch)
+        return q
+
+    sw = slurmkit.sweep_fn(
+        train,
+        {"q": [0.0, 1.0, 2.0]},
+        backend="local",
+        output_root=str(tmp_path / "runs"),
+        max_parallel=1,
+        search={"metric": "val_loss", "max_resource": 9},
+        progress=False,
+    )
+    current = sw.status()
+    assert current.counts == {"COMPLETED": 1, "PRUNED": 2} and current.ok
+    assert [t.state for t in current.trials] == ["COMPLETED", "PRUNED", "PRUNED"]
+    trials = Path(sw.sweep_dir) / "trials"
+    kept = sorted(p.parent.name for p in trials.glob("*/result.pkl"))
+    assert kept == [current.trials[0].id]  # a pruned call keeps no result
