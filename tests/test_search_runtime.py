@@ -352,3 +352,14 @@ def test_a_function_sweep_reports_and_ends_pruned(tmp_path):
     trials = Path(sw.sweep_dir) / "trials"
     kept = sorted(p.parent.name for p in trials.glob("*/result.pkl"))
     assert kept == [current.trials[0].id]  # a pruned call keeps no result
+
+
+def test_an_unpruned_trial_is_judged_no_more(monkeypatch, tmp_path):
+    run_curve(monkeypatch, tmp_path, "a", 0.0)
+    assert run_curve(monkeypatch, tmp_path, "b", 1.0) == 1
+    tdir = str(tmp_path / "trials" / "b")
+    assert search.unprune(tdir) and not search.unprune(tdir)  # once
+    assert run_curve(monkeypatch, tmp_path, "b", 1.0, start=2) is None  # to the end
+    d = search.decisions(tdir)
+    assert (d["pruned"], d["exempt"], len(d["rungs"])) == (False, True, 1)
+    assert not search.unprune(str(tmp_path / "trials" / "a"))  # never pruned

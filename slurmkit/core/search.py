@@ -299,3 +299,16 @@ def write_decision(trial_dir: str, rung: Mapping[str, Any]) -> dict[str, Any]:
     }
     atomic_write_json(os.path.join(trial_dir, DECISIONS), new)
     return new
+
+
+def unprune(trial_dir: str) -> bool:
+    """Let a pruned trial run again to its end (``sweep --resume --unprune``): its
+    ``search.json`` keeps its rungs, says ``pruned: false`` and ``exempt: true`` (``report()``
+    judges it no more). False when it was not pruned (nothing written). Its status file is the
+    caller's: the runtime does not rerun a trial whose status says PRUNED."""
+    current = decisions(trial_dir)
+    if not current or not current.get("pruned"):
+        return False
+    new = {**current, "pruned": False, "exempt": True, "unpruned_at": time.time()}
+    atomic_write_json(os.path.join(trial_dir, DECISIONS), new)
+    return True
