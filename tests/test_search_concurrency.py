@@ -28,8 +28,8 @@ import json, os, sys, time
 from slurmkit.core import search
 here = os.environ["SLURMKIT_TRIAL_DIR"]
 listing = search.rung_values
-def spy(root, k):
-    out = listing(root, k)
+def spy(root, k, own=None):
+    out = listing(root, k, own)
     with open(os.path.join(here, "seen.json"), "w") as fh:
         json.dump(out, fh)
     return out
@@ -101,8 +101,8 @@ def test_50_threads_at_one_rung(tmp_path, monkeypatch):
     listing = search.rung_values
     local = threading.local()
 
-    def spy(root: str, k: int) -> dict[str, float]:
-        out = listing(root, k)
+    def spy(root: str, k: int, own: tuple[str, float] | None = None) -> dict[str, float]:
+        out = listing(root, k, own)
         (Path(local.dir) / "seen.json").write_text(json.dumps(out))
         return out
 

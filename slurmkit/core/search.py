@@ -22,6 +22,7 @@ own came last, whatever other trials do at the same time.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -244,32 +245,33 @@ def _listing(sweep_dir: str, k: int) -> list[str]:
 
 def record(sweep_dir: str, k: int, trial_id: str, value: float) -> None:
     """Record ``value`` of ``trial_id`` at rung ``k``: an empty file created under a temporary
-    name and renamed into place. A record of this trial already there with the same value is
-    kept as it is (a requeued trial records once); one with another value (a resume that was not
-    bit-exact) is replaced. NaN is not recorded (others do not compete with it)."""
+    name and renamed into place (no listing, no read). The same value again (a requeued trial,
+    after a bit-exact resume) renames onto the same name: still one record. NaN is not recorded
+    (others do not compete with it). A record of this trial with another value (a resume that
+    was not bit-exact) is removed by the next :func:`rung_values` that names it as ``own``."""
     if math.isnan(value):
         return
     directory = rung_dir(sweep_dir, k)
     os.makedirs(directory, exist_ok=True)
-    name = record_name(trial_id, value)
-    for old in _listing(sweep_dir, k):
-        parsed = parse_name(old)
-        if parsed and parsed[0] == trial_id:
-            if old == name:
-                return
-            os.unlink(os.path.join(directory, old))
     tmp = os.path.join(directory, f".tmp-{os.urandom(8).hex()}")
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    os.replace(tmp, os.path.join(directory, name))
+    os.replace(tmp, os.path.join(directory, record_name(trial_id, value)))
 
 
-def rung_values(sweep_dir: str, k: int) -> dict[str, float]:
-    """Every trial's value recorded at rung ``k`` (one directory listing, no file read)."""
+def rung_values(sweep_dir: str, k: int, own: tuple[str, float] | None = None) -> dict[str, float]:
+    """Every trial's value recorded at rung ``k``: one directory listing, no file read.
+    ``own``: ``(trial_id, value)`` of the caller, just recorded; an older record of that trial
+    with another value is removed, and the value returned for it is ``value``."""
     out: dict[str, float] = {}
     for name in _listing(sweep_dir, k):
         parsed = parse_name(name)
-        if parsed:
-            out[parsed[0]] = parsed[1]
+        if parsed is None:
+            continue
+        if own is not None and parsed[0] == own[0] and name != record_name(*own):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(rung_dir(sweep_dir, k), name))
+            continue
+        out[parsed[0]] = parsed[1]
     return out
 
 
