@@ -1,7 +1,8 @@
 """A sweep with a `search` on the real test cluster, on every path a sweep runs: the slurm
 backend, the submitit backend, and a plain `sbatch` of a rendered script. Pruned trials end
 PRUNED with exit 0 (their array task too: sacct's 0:0), the best trial runs every epoch, and
-each trial's decisions agree with the rung records. (The 81-trial proof with preemption is
+each trial's decisions agree with the rung records; a trial of two srun tasks on two nodes
+stops both ranks at the same epoch. (The 81-trial proof with preemption is
 asha-ui's.)"""
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ output_root: runs
 """
 
 
-def _submit(where: Path, backend: str) -> str:
+# two nodes, one srun task each (SLURM_PROCID 0 and 1): both ranks report, rank 0 decides
+TWO_RANKS = SPEC.replace("mem: 100M}", "mem: 100M, nodes: 2}") + "launcher: srun\n"
+
+
+def _submit(where: Path, backend: str, spec: str = SPEC) -> str:
     where.mkdir()
-    proc = run_spec(where, SPEC, backend=backend)
+    proc = run_spec(where, spec, backend=backend)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["sweep_dir"]
 
@@ -67,7 +72,7 @@ def _exit_codes(job: str) -> set[str]:
     return set(proc.stdout.split()) if proc.returncode == 0 else set()
 
 
-def _check(root: str, final: dict) -> None:
+def _check(root: str, final: dict, ranks: int = 1) -> None:
     trials = {t["params"]["q"]: t for t in final["trials"]}
     assert {t["state"] for t in trials.values()} <= {"COMPLETED", "PRUNED"}, final["counts"]
     assert trials[0.0]["state"] == "COMPLETED"  # the best at every rung
@@ -85,18 +90,22 @@ def _check(root: str, final: dict) -> None:
             assert len(epochs) == d["rungs"][-1]["reached"]  # it stopped at its pruning
         else:
             assert len(epochs) == 8
+        for rank in range(1, ranks):  # every other rank stopped at the same epoch
+            assert (tdir / f"epochs-rank{rank}.txt").read_text().split() == [str(e) for e in epochs]
 
 
 @pytest.mark.slow
 def test_a_search_prunes_on_every_path_with_exit_0(slurm_cluster, tmp_path):
     on_slurm = _submit(tmp_path / "slurm", "slurm")
     on_submitit = _submit(tmp_path / "submitit", "submitit")
+    two_ranks = _submit(tmp_path / "ranks", "slurm", TWO_RANKS)
     job, plain = _plain(tmp_path / "plain")
     for root in (on_slurm, on_submitit):
         _check(root, wait_sweep(root))
+    _check(two_ranks, wait_sweep(two_ranks), ranks=2)
     _check(plain, _wait_plain(plain, 6))
     arrays = [job]
-    for root in (on_slurm, on_submitit):
+    for root in (on_slurm, on_submitit, two_ranks):
         for sub in sorted(Path(root, "submissions").glob("*.json")):
             arrays += [str(j["job_id"]) for j in json.loads(sub.read_text())["jobs"]]
     for array in arrays:

@@ -196,6 +196,33 @@ def test_every_rank_follows_rank_0(monkeypatch, tmp_path):
     assert search.rung_values(str(tmp_path), 0) == {"a": 1.0, "b": 9.0}  # rank 0's alone
 
 
+@pytest.mark.slow
+def test_ranks_as_processes_stop_at_the_same_step(tmp_path):
+    """Three processes of one trial (torchrun's RANK), rank 0 the slowest to start: they all
+    stop at rank 0's pruning, at the same epoch."""
+    import subprocess
+
+    root = tmp_path
+    run_best = [sys.executable, CURVE, "q=0", "epochs=9"]
+    env = {**os.environ, pruning.ENV: json.dumps({**SEARCH, "max_resource": 9})}
+    best = root / "trials" / "best"
+    best.mkdir(parents=True)
+    subprocess.run(run_best, env={**env, "SLURMKIT_TRIAL_DIR": str(best)}, check=True)
+    tdir = root / "trials" / "t"
+    tdir.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, CURVE, "q=1", "epochs=9"],
+            env={**env, "SLURMKIT_TRIAL_DIR": str(tdir), "RANK": str(r), "WORLD_SIZE": "3"},
+        )
+        for r in (2, 1, 0)
+    ]
+    assert [p.wait(60) for p in procs] == [0, 0, 0]  # Pruned: exit 0 on every rank
+    logs = ["epochs.txt", "epochs-rank1.txt", "epochs-rank2.txt"]
+    assert [(tdir / name).read_text().split() for name in logs] == [["1"]] * 3
+    assert search.rung_values(str(root), 0) == {"best": 1.0, "t": 2.0}  # rank 0's record only
+
+
 def test_a_rank_gives_up_when_rank_0_never_decides(monkeypatch, tmp_path):
     monkeypatch.setenv(pruning.ENV_WAIT, "0.05")
     (tmp_path / "trials" / "b").mkdir(parents=True)
