@@ -8,10 +8,12 @@
    first, its search.json written after: ``rung_step_ms``), the median of ``--decisions`` runs,
    each a new trial on the same rung; against reading N small files (one JSON value each: the
    layout the value-in-the-name avoids), page cache warm for both. Target: <= 20 ms.
-2. ``report()`` between rungs under a search against today's ``report()`` (the
-   ``slurmkit/runtime/report.py`` of ``git show main:...`` loaded as a module, else this
-   tree's without a search): ``--reports`` reports each, alternated in rounds, in one trial
-   directory each. Target: no more than today's.
+2. ``report()`` between rungs under a search against today's ``report()`` (``--today FILE``,
+   else the ``slurmkit/runtime/report.py`` of ``git show main:...``, loaded as a module; else
+   this tree's without a search): ``--reports`` reports each, alternated in ``--rounds``, in one
+   trial directory each, wall and CPU time (the wall time is mostly the fsync of metrics.json,
+   which both make); and the search's own part alone (its per-process state looked up, the
+   step compared with the next rung). Target: no more than today's.
 """
 
 from __future__ import annotations
@@ -109,44 +111,51 @@ def decisions(base: str, n: int, runs: int) -> dict[str, Any]:
     }
 
 
-def main_report() -> ModuleType | None:
-    """Today's report.py (the main branch's), loaded beside this tree's runtime package."""
+def main_report(path: str | None) -> tuple[ModuleType | None, str]:
+    """Today's report.py (``path``, else the main branch's from git), loaded beside this tree's
+    runtime package; None where neither can be read."""
     try:
-        src = subprocess.run(
-            ["git", "-C", ROOT, "show", "main:slurmkit/runtime/report.py"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        if path:
+            with open(path, encoding="utf-8") as fh:
+                src, name = fh.read(), path
+        else:
+            src = subprocess.run(
+                ["git", "-C", ROOT, "show", "main:slurmkit/runtime/report.py"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            name = "main:slurmkit/runtime/report.py"
     except (OSError, subprocess.CalledProcessError):
-        return None
+        return None, "this tree, no search"
     spec = importlib.util.spec_from_loader("slurmkit.runtime._report_main", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "slurmkit.runtime"
-    exec(compile(src, "main:slurmkit/runtime/report.py", "exec"), module.__dict__)
-    return module
+    exec(compile(src, name, "exec"), module.__dict__)
+    return module, name
 
 
-def timed(fn: Callable[[int], None], count: int) -> float:
-    t0 = time.perf_counter()
+def timed(fn: Callable[[int], None], count: int) -> tuple[float, float]:
+    """Wall and CPU time per call of ``fn(step)``, in µs."""
+    w0, c0 = time.perf_counter(), time.process_time()
     for step in range(count):
         fn(step)
-    return (time.perf_counter() - t0) / count * 1e6
+    return (time.perf_counter() - w0) / count * 1e6, (time.process_time() - c0) / count * 1e6
 
 
-def reports(base: str, count: int, rounds: int) -> dict[str, Any]:
+def reports(base: str, count: int, rounds: int, today_path: str | None) -> dict[str, Any]:
+    """Today's report() and ours between rungs, alternated ``rounds`` times; and the search's
+    part of ours alone (its state looked up, the step compared with the next rung)."""
     ours = importlib.import_module("slurmkit.runtime.report")
-
-    today = main_report()
-    baseline = "main:slurmkit/runtime/report.py" if today else "this tree, no search"
+    today, baseline = main_report(today_path)
     today = today or ours
     plain, judged = os.path.join(base, "plain"), os.path.join(base, "trials", "judged")
     os.makedirs(plain)
     os.makedirs(judged)
     spec = json.dumps({**SEARCH, "min_resource": 10**8})  # no rung within the bench's steps
-    a: list[float] = []
-    b: list[float] = []
+    a: list[tuple[float, float]] = []
+    b: list[tuple[float, float]] = []
     for _ in range(rounds):
         os.environ.pop(pruning.ENV, None)
         os.environ["SLURMKIT_TRIAL_DIR"] = plain
@@ -154,12 +163,23 @@ def reports(base: str, count: int, rounds: int) -> dict[str, Any]:
         os.environ[pruning.ENV] = spec
         os.environ["SLURMKIT_TRIAL_DIR"] = judged
         b.append(timed(lambda step: ours.report(step=step, val_loss=1.0 / (step + 1)), count))
+    check = timed(
+        lambda step: pruning.trial(judged).check(step, {"val_loss": 1.0}),  # type: ignore[union-attr]
+        count * 100,
+    )
+    wall_a, cpu_a = (statistics.median(x[i] for x in a) for i in (0, 1))
+    wall_b, cpu_b = (statistics.median(x[i] for x in b) for i in (0, 1))
     return {
         "baseline": baseline,
         "reports": count * rounds,
-        "today_us": statistics.median(a),
-        "with_search_us": statistics.median(b),
-        "ratio": statistics.median(b) / statistics.median(a),
+        "today_wall_us": wall_a,
+        "with_search_wall_us": wall_b,
+        "wall_ratio": wall_b / wall_a,
+        "today_cpu_us": cpu_a,
+        "with_search_cpu_us": cpu_b,
+        "cpu_ratio": cpu_b / cpu_a,
+        "search_part_cpu_us": check[1],
+        "search_part_share_of_today_cpu": check[1] / cpu_a,
     }
 
 
@@ -169,7 +189,8 @@ def main() -> None:
     p.add_argument("--records", type=int, default=10_000)
     p.add_argument("--decisions", type=int, default=21)
     p.add_argument("--reports", type=int, default=500)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--today", help="today's report.py (default: git show main:...)")
     args = p.parse_args()
     base = tempfile.mkdtemp(prefix="slurmkit-asha-bench-", dir=args.dir or "/tmp")
     try:
@@ -177,7 +198,7 @@ def main() -> None:
             "python": sys.version.split()[0],
             "dir": base,
             "decision": decisions(base, args.records, args.decisions),
-            "report": reports(base, args.reports, args.rounds),
+            "report": reports(base, args.reports, args.rounds, args.today),
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
