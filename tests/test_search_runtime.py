@@ -223,6 +223,20 @@ def test_ranks_as_processes_stop_at_the_same_step(tmp_path):
     assert search.rung_values(str(root), 0) == {"best": 1.0, "t": 2.0}  # rank 0's record only
 
 
+def test_another_rank_needs_the_metric_key_not_its_value(monkeypatch, tmp_path):
+    run_curve(monkeypatch, tmp_path, "a", 0.0)
+    tdir = tmp_path / "trials" / "b"
+    tdir.mkdir()
+    s = search.Search.from_dict(SEARCH, "x")
+    other = pruning._Trial(s, str(tdir), 1)
+    other.check(1, {"train_loss": 1.0})  # no metric key: not this rank's judging report
+    zero = pruning._Trial(s, str(tdir), 0)
+    with pytest.raises(slurmkit.Pruned):
+        zero.check(1, {"val_loss": 5.0})
+    with pytest.raises(slurmkit.Pruned):
+        other.check(1, {"val_loss": None})  # only rank 0's value counts
+
+
 def test_a_rank_gives_up_when_rank_0_never_decides(monkeypatch, tmp_path):
     monkeypatch.setenv(pruning.ENV_WAIT, "0.05")
     (tmp_path / "trials" / "b").mkdir(parents=True)

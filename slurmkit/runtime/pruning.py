@@ -9,7 +9,8 @@ the trial's ``search.json`` and, when pruned, raises :class:`~slurmkit.runtime.r
 Several processes (torchrun, srun tasks): rank 0 (``RANK``, else ``SLURM_PROCID`` in a step)
 decides from its own value; every other rank, at the same report, waits for that rung's
 decision in ``search.json`` (up to ``SLURMKIT_SEARCH_WAIT`` s, default 600) and follows it, so
-all ranks stop at the same step. Every rank must therefore call ``report()`` at the same steps.
+all ranks stop at the same step. Every rank must therefore call ``report()`` at the same steps
+with the same keys (another rank's value of the metric may be anything, ``None`` included).
 
 State kept in the process (the decided rungs, the best value so far for ``median``) is read
 back from ``search.json`` when the process starts: a requeued trial resuming past a decided
@@ -70,10 +71,12 @@ class _Trial:
         reached = step if self.search.resource == "step" else values.get(self.search.resource)
         if not isinstance(reached, (int, float)) or reached < self.rungs[self.next]:
             return  # between rungs: the whole cost of a report
-        if not number:
-            return  # judged at the first report that has the metric
+        # judged at the first report that has the metric (rank 0: a number; another rank's
+        # value is not used, the key is enough: it then waits for rank 0's decision)
+        if not number and (self.rank == 0 or self.search.metric not in values):
+            return
         while self.next < len(self.rungs) and reached >= self.rungs[self.next]:
-            entry = self._decide(self.next, float(value), reached)
+            entry = self._decide(self.next, float(value) if number else math.nan, reached)
             self.decided[self.next] = entry
             self._skip_decided()
             if entry["decision"] == core.PRUNED:
@@ -95,7 +98,8 @@ class _Trial:
         return next(r for r in written["rungs"] if r["rung"] == k)  # an earlier one stands
 
     def _await(self, k: int) -> dict[str, Any]:
-        deadline = time.monotonic() + float(os.environ.get(ENV_WAIT) or WAIT)
+        wait = float(os.environ.get(ENV_WAIT) or WAIT)
+        deadline = time.monotonic() + wait
         pause = 0.01
         while True:
             known = core.decisions(self.dir) or {"rungs": []}
@@ -104,7 +108,7 @@ class _Trial:
                     return dict(r)
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"slurmkit: rank {self.rank} waited {ENV_WAIT}={deadline:.0f}s in vain for "
+                    f"slurmkit: rank {self.rank} waited {wait:g} s ({ENV_WAIT}) in vain for "
                     f"rank 0's decision at rung {k} in {os.path.join(self.dir, core.DECISIONS)}"
                 )
             time.sleep(pause)
