@@ -68,7 +68,7 @@ def read_files(where: str) -> dict[str, float]:
 def one_decision(
     sweep: str, s: search.Search, trial: str, value: float
 ) -> tuple[float, float, float]:
-    """What pruning._Trial._decide does at a rung (rank 0): the decision (the rung's listing
+    """What pruning.TrialSearch._decide does at a rung (rank 0): the decision (the rung's listing
     and the rule) and the whole step (its record created first, its search.json written after;
     a "continue" is not flushed, a pruning is), in ms; and the decision's CPU time."""
     tdir = os.path.join(sweep, "trials", trial)

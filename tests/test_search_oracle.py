@@ -121,7 +121,7 @@ class Oracle:
 def ours(s: search.Search, root: str, i: int, step: int, value: float, states: dict) -> bool:
     state = states.get(i)
     if state is None:
-        state = states[i] = pruning._Trial(s, f"{root}/trials/t{i}", 0)
+        state = states[i] = pruning.TrialSearch(s, f"{root}/trials/t{i}", 0)
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             state.check(step, {"loss": value})

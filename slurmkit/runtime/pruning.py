@@ -1,10 +1,11 @@
 """The trial's side of the sweep's search: ``report()`` judges the trial at each rung it reaches.
 
 The runtime gives the trial its sweep's search (:class:`~slurmkit.core.search.Search`, from the
-job contract) as ``SLURMKIT_SEARCH`` (JSON). :func:`check` runs in each ``report()``: between
-rungs it compares one number; at the first report at or past a rung not yet decided it judges
-the trial (:func:`~slurmkit.core.search.decide` over the rung's records), writes the decision in
-the trial's ``search.json`` and, when pruned, raises :class:`~slurmkit.runtime.report.Pruned`.
+job contract) as ``SLURMKIT_SEARCH`` (JSON). :meth:`TrialSearch.check` runs in each
+``report()``: between rungs it compares one number; at the first report at or past a rung not
+yet decided it judges the trial (:func:`~slurmkit.core.search.decide` over the rung's
+records), writes the decision in the trial's ``search.json`` and, when pruned, raises
+:class:`~slurmkit.runtime.report.Pruned`.
 
 Several processes (torchrun, srun tasks): rank 0 (``RANK``, else ``SLURM_PROCID`` in a step)
 decides from its own value; every other rank, at the same report, waits for that rung's
@@ -25,6 +26,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..core import search as core
@@ -35,7 +37,7 @@ ENV_WAIT = "SLURMKIT_SEARCH_WAIT"  # how long ranks > 0 wait for rank 0's decisi
 WAIT = 600.0
 
 
-class _Trial:
+class TrialSearch:
     """One trial's search state in this process."""
 
     def __init__(self, search: Search, trial_dir: str, rank: int) -> None:
@@ -136,7 +138,7 @@ def _best(values: list[float], mode: str) -> float | None:
     return min(values) if mode == "min" else max(values)
 
 
-def _rank(env: Any = os.environ) -> int:
+def rank_of(env: Mapping[str, str]) -> int:
     """This process's rank in the trial's step (0 when alone)."""
     if env.get("RANK"):
         return int(env["RANK"])
@@ -145,10 +147,10 @@ def _rank(env: Any = os.environ) -> int:
     return 0
 
 
-_STATE: dict[tuple[str, str], _Trial] = {}
+_STATE: dict[tuple[str, str], TrialSearch] = {}
 
 
-def trial(trial_dir: str) -> _Trial | None:
+def trial(trial_dir: str) -> TrialSearch | None:
     """This process's search state of ``trial_dir``; None when its sweep has no search."""
     raw = os.environ.get(ENV)
     if not raw:
@@ -157,10 +159,10 @@ def trial(trial_dir: str) -> _Trial | None:
     state = _STATE.get(key)
     if state is None:
         search = Search.from_dict(json.loads(raw), ENV)
-        state = _STATE[key] = _Trial(search, trial_dir, _rank())
+        state = _STATE[key] = TrialSearch(search, trial_dir, rank_of(os.environ))
     return state
 
 
-def rank() -> int:
-    """This process's rank (0 when alone): only rank 0 writes metrics under a search."""
-    return _rank()
+def forget() -> None:
+    """Drop this process's search state (tests: a new process reads search.json again)."""
+    _STATE.clear()
