@@ -18,6 +18,7 @@ from ..core.contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
 from ..core.jobcontract import DEFAULT_BUDGETS, DEFAULT_EXCLUDE_AFTER, DEFAULT_LEAD
 from ..core.profiles import PROFILES
 from ..core.record import record
+from ..core.search import METHODS, MODES
 from ..overrides import MAX_SWEEP_SIZE
 
 # The kinds of value (see schema.KINDS for what each is in JSON Schema and in the README):
@@ -229,6 +230,20 @@ KEYS: tuple[Key, ...] = (
         "how many trials run at once (no default: as many as Slurm starts)",
         resumable=True,
     ),
+    Key(
+        "search",
+        "block",
+        "early stopping, judged in each trial's `report()` ([above](#early-stopping-search-asha))",
+        example="search: {metric: val_loss, max_resource: 27}",
+        checked="spec.searchblock.search_block",
+    ),
+    Key("search.method", "choice", "the rule", default="asha", choices=METHODS, hint=_ALLOWED),
+    Key("search.metric", "str", "the reported key it judges", required=True, mismatch=_REQUIRED),
+    Key("search.mode", "choice", "which is better", default="min", choices=MODES, hint=_ALLOWED),
+    Key("search.resource", "str", "`step` or another reported key", default="step"),
+    Key("search.min_resource", "number", "the first rung", default=1),
+    Key("search.max_resource", "number", "a whole trial's; no rung from there on", required=True),
+    Key("search.reduction_factor", "positive", "rungs' ratio; 1 in it goes on (>= 2)", default=3),
     Key(
         "output_root",
         "str",

@@ -39,6 +39,7 @@ from .model import (
     Resources,
     SweepSpec,
 )
+from .searchblock import search_block
 
 ALIASES = {k.name: k.alias for k in KEYS if k.alias}  # resources keys: alias -> key
 # Options slurmkit renders itself: setting them through `extra` would break the sweep.
@@ -157,6 +158,7 @@ def validate(
         logs=_logs(data, source),
         data=_data(data, source),
         labels=_labels(data, resources, source),
+        search=search_block(data, source),
     )
 
 
