@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .keys import KEY, KEYS, Key, below
+from .key import Key
+from .keys import KEY, KEYS, below
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 BEGIN = "<!-- spec keys: generated from slurmkit/spec/keys.py by `make readme-keys` -->"
