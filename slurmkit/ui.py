@@ -44,6 +44,7 @@ out = Console(highlight=False, width=1_000_000 if PIPED else None)
 err = Console(stderr=True, highlight=False, width=1_000_000 if PIPED else None)
 STYLE = {
     states.COMPLETED: "green",
+    states.PRUNED: "blue",
     states.RUNNING: "cyan",
     states.PENDING: "yellow",
     states.REQUEUED: "yellow",
@@ -270,7 +271,7 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
             counts = " ".join(
                 f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
                 for k, n in current.counts.items()
-                if k not in states.SUCCESS
+                if k != states.COMPLETED  # PRUNED shown: stopped early, not a failure
             )
             progress.update(task, total=len(current.trials), completed=done, extra=counts)
 
@@ -300,7 +301,7 @@ def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     shown = [
         c
         for c in columns
-        if not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))
+        if not (c == "state" and all(r.get("state") == states.COMPLETED for r in rows))
     ]
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:
