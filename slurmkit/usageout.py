@@ -131,12 +131,33 @@ def print_tables(report: Report, show_trials: bool) -> None:
         out.print(table(f"{report.by} groups", [cells(k, f) for k, f in report.groups()]))
     if show_trials:
         out.print(trials_table(report.sweeps))
+    for s in report.sweeps:
+        if "search" in s.figures:
+            note(search_line(s.name, s.figures["search"]))
     unpriced = report.totals["unpriced"]
     if unpriced:
         note(
             f"no price for partition {', '.join(map(repr, unpriced))}: cost unknown; add "
             f"report: {{prices: {{{unpriced[0] or 'PARTITION'}: PRICE}}}} to your user config"
         )
+
+
+def search_line(name: str, found: dict[str, Any]) -> str:
+    """One line of what a sweep's search saved (``usage.saved``), against running every trial
+    to max_resource."""
+    parts = []
+    for key, unit in (("gpu_hours", "GPU-h"), ("cpu_hours", "CPU-h")):
+        if found[key] is not None:
+            parts.append(f"{amount(found[key]['saved'])} {unit}")
+    run = found["run_s"]
+    parts.append(f"{duration(run['saved'])} of run time")
+    text = f"{_one_line(name)}: the search pruned {found['pruned']} trial(s) and saved about "
+    text += ", ".join(parts)
+    if run["share"] is not None:
+        text += f" ({percent(run['share'])} of running every trial to max_resource)"
+    if found["unestimated"]:
+        text += f"; {found['unestimated']} pruned trial(s) without a recorded reach: not counted"
+    return text
 
 
 def trials_table(sweeps: Sequence[SweepReport]) -> Any:
