@@ -149,3 +149,41 @@ def test_pruned_is_exported_and_exits_zero() -> None:
     err = Pruned("pruned at rung 0")
     assert isinstance(err, SystemExit) and not isinstance(err, Exception)
     assert err.code == 0 and str(err) == "pruned at rung 0"
+
+
+SPEC = "command: [python, x.py]\nparams: {q: [1, 2]}\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "words"),
+    [
+        ("search: {max_resource: 9}", "search.metric", "required"),
+        ("search: {metric: loss}", "search.max_resource", "required"),
+        ("search: {metric: loss, max_resource: 9, method: pbt}", "search.method", "asha, median"),
+        ("search: {metric: loss, max_resource: 9, mode: up}", "search.mode", "min, max"),
+        ("search: {metric: loss, max_resource: 9, eta: 2}", "search", "allowed keys"),
+        ("search: {metric: loss, max_resource: 9, reduction_factor: 1}", "search.reduction", ">="),
+        ("search: {metric: loss, max_resource: 0.5}", "search.max_resource", "> min_resource"),
+        ("search: asha", "search", "mapping"),
+    ],
+)
+def test_the_spec_names_file_key_and_allowed_values(spec_file, body, key, words) -> None:
+    from slurmkit import spec as spec_mod
+    from slurmkit.errors import SpecError
+
+    path = spec_file(SPEC + body + "\n")
+    with pytest.raises(SpecError) as err:
+        spec_mod.load(str(path))
+    text = str(err.value)
+    assert str(path) in text and key in text and words in text, text
+
+
+def test_the_spec_carries_the_search_to_sweep_json(spec_file) -> None:
+    from slurmkit import spec as spec_mod
+
+    body = SPEC + "search: {metric: val_loss, max_resource: 27, mode: max}\n"
+    loaded = spec_mod.load(str(spec_file(body)))
+    assert loaded.search == Search(metric="val_loss", max_resource=27, mode="max")
+    again = spec_mod.from_dict(loaded.to_dict(), "sweep.json")
+    assert again.search == loaded.search
+    assert spec_mod.load(str(spec_file(SPEC))).search is None

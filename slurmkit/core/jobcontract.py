@@ -20,6 +20,7 @@ from typing import Any
 from .contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
 from .fsutil import Damaged, read_json
 from .record import record
+from .search import Search
 
 # Seconds between the requeue signal and the time limit (Slurm's --signal=B:SIG@LEAD).
 DEFAULT_LEAD = 120
@@ -54,7 +55,7 @@ NO_REQUEUE = Policy(enabled=False)
 
 @record
 class JobContract:
-    """What a job is told. The trial runtime reads ``command`` to ``stderr``; the function
+    """What a job is told. The trial runtime reads ``command`` to ``search``; the function
     supervisor reads ``folder`` and ``tasks``; both read ``requeue``, ``env_runtime`` and
     ``workdir``."""
 
@@ -71,6 +72,7 @@ class JobContract:
     data: tuple[Mapping[str, Any], ...] = ()
     container: bool = False  # the trial's step starts a container (its start can fail)
     stderr: str = "merged"  # logs.stderr: "separate" keeps the trial's stderr apart
+    search: Search | None = None  # early stopping: given to the trial as SLURMKIT_SEARCH
     # a function job (submitit's folder and the step's task count)
     folder: str = ""
     tasks: int = 1
@@ -97,6 +99,8 @@ class JobContract:
                 value = {**asdict(value), "budgets": dict(value.budgets)}
             elif name == "stderr":
                 name, value = "logs", {"stderr": value}
+            elif name == "search":
+                value = value.to_dict()
             elif isinstance(value, tuple):  # command, data
                 value = [v if isinstance(v, str) else dict(v) for v in value]
             elif isinstance(value, Mapping):
@@ -176,6 +180,7 @@ def _read(raw: Any, source: str) -> JobContract:
         raise Damaged(source, "data: expected a list of mappings")
     logs = _typed(raw, "logs", dict, "a mapping", source) or {}
     tasks = _typed(raw, "tasks", int, "a task count", source)
+    search = raw.get("search")
     return JobContract(
         requeue=_policy(raw.get("requeue"), source),
         env_runtime=_strings(raw, "env_runtime", source) or {},
@@ -189,6 +194,7 @@ def _read(raw: Any, source: str) -> JobContract:
         data=tuple(data),
         container=bool(raw.get("container")),
         stderr=str(logs.get("stderr") or "merged"),
+        search=None if search is None else Search.from_dict(search, source),
         folder=_typed(raw, "folder", str, "a path", source) or "",
         tasks=1 if tasks is None else tasks,
     )

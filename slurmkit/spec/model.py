@@ -6,6 +6,7 @@ from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..core.record import record
+from ..core.search import Search
 from ..core.values import Choice, Distribution, format_value
 from . import keys
 
@@ -128,6 +129,7 @@ class SweepSpec:
     data: tuple[DataEntry, ...] = ()  # datasets staged before the trials start (slurmkit.data)
     # attribution ({team: nlp}): kept in sweep.json for `slurmkit report --by label`
     labels: dict[str, str] = field(default_factory=dict)
+    search: Search | None = None  # early stopping (core/search.py)
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -155,6 +157,7 @@ class SweepSpec:
             data=[asdict(d) for d in self.data],
             labels=dict(self.labels),
             container=self.container.to_dict() if self.container else None,
+            search=self.search.to_dict() if self.search else None,
         )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}
         return data

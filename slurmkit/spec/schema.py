@@ -33,6 +33,7 @@ KINDS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "str": ("string", {"type": "string"}),
     "int": ("integer", {"type": "integer"}),
     "positive": ("integer ≥ 1", {"type": "integer", "minimum": 1}),
+    "number": ("number > 0", {"type": "number", "exclusiveMinimum": 0}),
     "bool": ("true/false", {"anyOf": [{"type": "boolean"}, {"enum": _YAML11_BOOLS}]}),
     "switch": ("true/false or a word", None),
     "choice": ("one of", {}),
