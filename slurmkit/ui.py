@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -195,12 +195,28 @@ class Reporter:
             self.progress.stop()
 
 
+def _pruned(root: str, indices: Iterable[int]) -> int:
+    """How many of the trials ``indices`` of the sweep at ``root`` ended PRUNED (0 without a
+    search, with nothing more read)."""
+    from . import store
+
+    sweep = store.open_sweep(root)
+    if "search" not in store.config(sweep, []):
+        return 0
+    rows = store.manifest(sweep, [])
+    ids = [row["id"] for i in indices if i < len(rows) and (row := rows[i]) is not None]
+    found = store.read_statuses(sweep, ids, warnings=[]).values()
+    return sum(1 for s in found if s is not None and s.get("state") == states.PRUNED)
+
+
 def print_submission(result: Submission) -> None:
     if result.ran_here:
         failed = sorted(i for i, c in result.exit_codes.items() if c != 0)
+        pruned = _pruned(result.sweep_dir, result.exit_codes)
         out.print(
             f"ran {len(result.exit_codes)} trial(s) locally: "
-            f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
+            f"[green]{len(result.exit_codes) - len(failed) - pruned} completed[/green]"
+            + (f", [blue]{pruned} pruned[/blue]" if pruned else "")
             + (
                 f", [red]{len(failed)} failed[/red] (indices {_short(failed, 60)})"
                 if failed

@@ -164,3 +164,19 @@ def test_the_exit_code_table_says_pruned_is_no_failure(tmp_path):
     root, _ = run_search(tmp_path)
     assert run_cli("status", str(root)).returncode == 0
     assert ROOT.joinpath("README.md").read_text().count("--unprune") >= 2
+
+
+def test_a_local_search_sweep_says_how_many_were_pruned(tmp_path):
+    from slurmkit import ui
+    from slurmkit.backends.base import Submission
+
+    root, _ = run_search(tmp_path)
+    ran = Submission(str(root), "local", 9, list(range(9)), ran_here=True)
+    ran.exit_codes = dict.fromkeys(range(9), 0)
+    with ui.out.capture() as seen:
+        ui.print_submission(ran)
+    assert "ran 9 trial(s) locally: 3 completed, 6 pruned" in seen.get()
+    ran.exit_codes = {0: 0, 6: 0}  # a resume that ran two of them: one completed, one pruned
+    with ui.out.capture() as seen:
+        ui.print_submission(ran)
+    assert "ran 2 trial(s) locally: 1 completed, 1 pruned" in seen.get()
