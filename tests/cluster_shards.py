@@ -34,6 +34,7 @@ SECONDS: dict[str, float] = {
     "test_cluster_jobs.py": 74,
     "test_cluster_asha.py": 35,
     "test_backend_submitit.py": 59,
+    "test_cluster_search.py": 40,
     "test_readme.py": 54,
     "test_checkpoint_mirror.py": 42,
     "test_functions.py": 42,

@@ -118,8 +118,9 @@ def test_record_and_rung_values(tmp_path) -> None:
     search.record(root, 0, "c", math.nan)  # NaN competes with no one
     assert search.rung_values(root, 0) == {"a": 0.5, "b": 0.25}
     assert len(os.listdir(search.rung_dir(root, 0))) == 2
-    search.record(root, 0, "a", 0.75)  # a resume that was not bit-exact replaces its record
-    assert search.rung_values(root, 0) == {"a": 0.75, "b": 0.25}
+    search.record(root, 0, "a", 0.75)  # a resume that was not bit-exact: two records a while
+    assert search.rung_values(root, 0, ("a", 0.75)) == {"a": 0.75, "b": 0.25}
+    assert len(os.listdir(search.rung_dir(root, 0))) == 2  # its listing removed the older one
     open(os.path.join(search.rung_dir(root, 0), ".tmp-x"), "w").close()  # a rename to come
     assert search.rung_values(root, 0) == {"a": 0.75, "b": 0.25}
 

@@ -196,6 +196,33 @@ def test_every_rank_follows_rank_0(monkeypatch, tmp_path):
     assert search.rung_values(str(tmp_path), 0) == {"a": 1.0, "b": 9.0}  # rank 0's alone
 
 
+@pytest.mark.slow
+def test_ranks_as_processes_stop_at_the_same_step(tmp_path):
+    """Three processes of one trial (torchrun's RANK), rank 0 the slowest to start: they all
+    stop at rank 0's pruning, at the same epoch."""
+    import subprocess
+
+    root = tmp_path
+    run_best = [sys.executable, CURVE, "q=0", "epochs=9"]
+    env = {**os.environ, pruning.ENV: json.dumps({**SEARCH, "max_resource": 9})}
+    best = root / "trials" / "best"
+    best.mkdir(parents=True)
+    subprocess.run(run_best, env={**env, "SLURMKIT_TRIAL_DIR": str(best)}, check=True)
+    tdir = root / "trials" / "t"
+    tdir.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, CURVE, "q=1", "epochs=9"],
+            env={**env, "SLURMKIT_TRIAL_DIR": str(tdir), "RANK": str(r), "WORLD_SIZE": "3"},
+        )
+        for r in (2, 1, 0)
+    ]
+    assert [p.wait(60) for p in procs] == [0, 0, 0]  # Pruned: exit 0 on every rank
+    logs = ["epochs.txt", "epochs-rank1.txt", "epochs-rank2.txt"]
+    assert [(tdir / name).read_text().split() for name in logs] == [["1"]] * 3
+    assert search.rung_values(str(root), 0) == {"best": 1.0, "t": 2.0}  # rank 0's record only
+
+
 def test_a_rank_gives_up_when_rank_0_never_decides(monkeypatch, tmp_path):
     monkeypatch.setenv(pruning.ENV_WAIT, "0.05")
     (tmp_path / "trials" / "b").mkdir(parents=True)
@@ -300,3 +327,66 @@ def test_a_trial_stopped_after_its_pruning_decision_ends_pruned(tmp_path):
     assert (code, status["state"], status["exit_code"]) == (0, "PRUNED", 0)
     assert status["attempts"][0]["state"] == "PRUNED"
     assert not os.path.exists(os.path.join(trial, "epochs.txt"))
+
+
+# --- every backend's path: the local backend through the CLI, and function sweeps ----------
+
+
+@pytest.mark.slow
+def test_a_local_sweep_with_a_search_prunes_and_exits_0(tmp_path):
+    from conftest import local_sweep, run_cli
+
+    proc, result = local_sweep(
+        tmp_path,
+        f"""
+command: [python, {CURVE}]
+params: {{q: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], epochs: 9}}
+max_parallel: 1
+search: {{metric: val_loss, max_resource: 9, reduction_factor: 2}}
+""",
+    )
+    assert proc.returncode == 0, proc.stderr
+    st = run_cli("status", result["sweep_dir"], "--json")
+    assert st.returncode == 0  # PRUNED is no failure
+    trials = json.loads(st.stdout)["trials"]
+    # one at a time, best first: each later trial is the worst at its first rung
+    assert [t["state"] for t in trials] == ["COMPLETED"] + ["PRUNED"] * 5
+    assert all(t["exit_code"] == 0 for t in trials)
+    root = Path(result["sweep_dir"])
+    ran = [len((root / "trials" / t["id"] / "epochs.txt").read_text().split()) for t in trials]
+    assert ran == [9, 1, 1, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_a_function_sweep_reports_and_ends_pruned(tmp_path):
+    def train(q: float) -> float:
+        for epoch in range(1, 10):
+            slurmkit.report(step=epoch, val_loss=q + 1 / epoch)
+        return q
+
+    sw = slurmkit.sweep_fn(
+        train,
+        {"q": [0.0, 1.0, 2.0]},
+        backend="local",
+        output_root=str(tmp_path / "runs"),
+        max_parallel=1,
+        search={"metric": "val_loss", "max_resource": 9},
+        progress=False,
+    )
+    current = sw.status()
+    assert current.counts == {"COMPLETED": 1, "PRUNED": 2} and current.ok
+    assert [t.state for t in current.trials] == ["COMPLETED", "PRUNED", "PRUNED"]
+    trials = Path(sw.sweep_dir) / "trials"
+    kept = sorted(p.parent.name for p in trials.glob("*/result.pkl"))
+    assert kept == [current.trials[0].id]  # a pruned call keeps no result
+
+
+def test_an_unpruned_trial_is_judged_no_more(monkeypatch, tmp_path):
+    run_curve(monkeypatch, tmp_path, "a", 0.0)
+    assert run_curve(monkeypatch, tmp_path, "b", 1.0) == 1
+    tdir = str(tmp_path / "trials" / "b")
+    assert search.unprune(tdir) and not search.unprune(tdir)  # once
+    assert run_curve(monkeypatch, tmp_path, "b", 1.0, start=2) is None  # to the end
+    d = search.decisions(tdir)
+    assert (d["pruned"], d["exempt"], len(d["rungs"])) == (False, True, 1)
+    assert not search.unprune(str(tmp_path / "trials" / "a"))  # never pruned

@@ -89,7 +89,7 @@ class _Trial:
         if self.rank != 0:
             return self._await(k)
         core.record(self.sweep, k, self.id, value)
-        seen = core.rung_values(self.sweep, k)
+        seen = core.rung_values(self.sweep, k, (self.id, value))
         entry = core.decide(self.search, k, self.id, value, reached, seen, self.best)
         written = core.write_decision(self.dir, entry)
         return next(r for r in written["rungs"] if r["rung"] == k)  # an earlier one stands
