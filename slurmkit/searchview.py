@@ -14,10 +14,15 @@ from collections import defaultdict
 from typing import Any
 
 from .core import search as core
-from .core.fsutil import Damaged, atomic_write_json
+from .core import states
+from .core.fsutil import Damaged, atomic_write_json, read_record
+from .core.lock import Lock, LockBusy
 from .core.search import Search
+from .errors import Busy
 
 RUNG = "rung"  # the results column of the last rung a trial reached (0, 1, ...)
+STATUS = "status.json"  # a trial's status file (core/layout.SweepDir.status)
+UNPRUNED = "unpruned: to run again to max_resource (sweep --resume --unprune)"
 
 
 def of_config(config: dict[str, Any], source: str, warnings: list[str] | None) -> Search | None:
@@ -52,12 +57,27 @@ def column(search: Search, resource: float) -> str:
 
 def unprune(trial_dir: str) -> None:
     """Let a pruned trial run to ``max_resource`` when it is resumed: its ``search.json`` keeps
-    every decision taken (the rung it was pruned at included) and gains ``"exempt": true``
-    (the runtime judges it no more) and ``"pruned": false``. Its rung records stay: other
-    trials were judged against them."""
+    every decision taken (the rung it was pruned at included) and says ``"exempt": true`` (the
+    runtime judges it no more) and ``"pruned": false`` (:func:`core.search.unprune`); its
+    ``status.json``, under the trial's claim, keeps its attempts and says NOT_SUBMITTED (the
+    runtime skips a trial recorded PRUNED). Its rung records stay: other trials were judged
+    against them."""
     try:
-        known = core.decisions(trial_dir) or {"rungs": []}
+        done = core.unprune(trial_dir)
     except Damaged:  # unreadable: nothing of it to keep
-        known = {"rungs": []}
-    new = {**known, "pruned": False, "exempt": True, "unpruned_at": time.time()}
-    atomic_write_json(os.path.join(trial_dir, core.DECISIONS), new)
+        done = False
+    if not done:
+        record = {"rungs": [], "pruned": False, "exempt": True, "unpruned_at": time.time()}
+        atomic_write_json(os.path.join(trial_dir, core.DECISIONS), record)
+    claim = Lock(trial_dir)
+    try:
+        claim.acquire("unprune", wait=0)
+    except LockBusy as busy:
+        raise Busy(f"{busy}", hint="the trial runs: wait for it to end") from None
+    try:
+        path = os.path.join(trial_dir, STATUS)
+        status = read_record(path, default={}) or {}
+        if status.get("state") == states.PRUNED:
+            atomic_write_json(path, {**status, "state": states.NOT_SUBMITTED, "reason": UNPRUNED})
+    finally:
+        claim.release()

@@ -115,21 +115,19 @@ def test_resume_unprune_runs_the_pruned_trials_exempt(tmp_path):
         if t.index in pruned:
             assert known["exempt"] is True and known["pruned"] is False
             assert known["rungs"][-1]["decision"] == "pruned"  # what was decided stays
+            assert t.state == "COMPLETED"  # ran again, to its end
         else:
             assert "exempt" not in known and t.state == "COMPLETED"
     assert records == {k: search.rung_values(str(root), k) for k in (0, 1)}  # others' ground
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime (branch asha): TrialRun.already_completed skips a PRUNED trial even when "
-    "its search.json says exempt (resumed with --unprune); drop this mark once it runs it",
-)
 def test_an_unpruned_trial_runs_to_its_end(tmp_path):
-    root, _ = run_search(tmp_path, command="['true']")
+    root, final = run_search(tmp_path, command="['true']")
     sweep.resume(str(root), backend="local", unprune=True)
     current = sweepstate.collect(str(root))
     assert current.counts == {"COMPLETED": 9}, current.counts
+    for t in current.trials:  # the pruned attempt is kept, the new one added
+        assert t.attempts == (2 if final[t.index] == "PRUNED" else 1), t
     again = sweep.resume(str(root), backend="local", dry_run=True, unprune=True)
     assert again.indices == []
 
@@ -180,3 +178,27 @@ def test_a_local_search_sweep_says_how_many_were_pruned(tmp_path):
     with ui.out.capture() as seen:
         ui.print_submission(ran)
     assert "ran 2 trial(s) locally: 1 completed, 1 pruned" in seen.get()
+
+
+def test_unprune_leaves_a_claimed_trial_alone_and_mends_a_damaged_search_json(tmp_path):
+    from slurmkit import searchview
+    from slurmkit.core.lock import Lock
+    from slurmkit.errors import Busy
+
+    root, final = run_search(tmp_path)
+    ids = {t.index: t.id for t in sweepstate.collect(str(root)).trials}
+    first, second = [root / "trials" / ids[i] for i in sorted(final) if final[i] == "PRUNED"][:2]
+    claim = Lock(str(first))
+    claim.acquire("trial", 0)
+    try:
+        with pytest.raises(Busy, match="locked by"):
+            searchview.unprune(str(first))
+    finally:
+        claim.release()
+    assert json.loads((first / "status.json").read_text())["state"] == "PRUNED"
+    (second / "search.json").write_text("{nope")
+    searchview.unprune(str(second))
+    assert search.decisions(str(second))["exempt"] is True
+    status = json.loads((second / "status.json").read_text())
+    assert status["state"] == "NOT_SUBMITTED" and len(status["attempts"]) == 1
+    assert sweepstate.collect(str(root)).trials[0].state == "COMPLETED"
