@@ -202,3 +202,23 @@ def test_unprune_leaves_a_claimed_trial_alone_and_mends_a_damaged_search_json(tm
     status = json.loads((second / "status.json").read_text())
     assert status["state"] == "NOT_SUBMITTED" and len(status["attempts"]) == 1
     assert sweepstate.collect(str(root)).trials[0].state == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_a_local_search_sweep_through_the_cli_exits_0(tmp_path):
+    """The exit-code table's first row, run: a sweep whose trials COMPLETED or were PRUNED."""
+    curve = ROOT / "tests" / "payloads" / "curve.py"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        f"command: [python, {curve}]\nparams: {{q: [0.3, 0.1, 0.2, 0.0, 0.4, 0.5]}}\n"
+        f"search: {{metric: val_loss, max_resource: 9}}\nmax_parallel: 1\n"
+        f"output_root: {tmp_path / 'runs'}\n"
+    )
+    ran = run_cli("sweep", str(spec), "--backend", "local")
+    assert ran.returncode == 0, ran.stderr
+    assert re.search(r"ran 6 trial\(s\) locally: \d completed, \d pruned", ran.stdout), ran.stdout
+    (root,) = (tmp_path / "runs").iterdir()
+    shown = run_cli("status", str(root), "--json")
+    assert shown.returncode == 0 and "PRUNED" in json.loads(shown.stdout)["counts"]
+    rows = json.loads(run_cli("results", str(root), "--json").stdout)
+    assert rows[0]["q"] == 0.0 and rows[0]["state"] == "COMPLETED" and rows[0]["step"] == 9
