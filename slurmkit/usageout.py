@@ -248,6 +248,11 @@ _METRICS = {
     "cpu_hours": ("gauge", "Allocated CPU-hours of attempts without GPUs, by kind."),
     "cost": ("gauge", "Cost at the user config's prices."),
     "cost_per_successful_trial": ("gauge", "Cost over the trials that completed."),
+    "search_saved": (
+        "gauge",
+        "What a search's pruning saved against running every trial to max_resource, by unit "
+        "(run_seconds, gpu_hours, cpu_hours): an estimate.",
+    ),
 }
 
 
@@ -304,6 +309,13 @@ def _series(
             add(f"{unit}_hours", value, kind=kind)
     add("cost", figs["cost"])
     add("cost_per_successful_trial", figs["cost_per_success"])
+    for key, unit in (
+        ("run_s", "run_seconds"),
+        ("gpu_hours", "gpu_hours"),
+        ("cpu_hours", "cpu_hours"),
+    ):
+        found = (figs.get("search") or {}).get(key)
+        add("search_saved", found["saved"] if found else None, unit=unit)
 
 
 def _labels(labels: dict[str, str]) -> str:

@@ -78,3 +78,16 @@ def test_a_damaged_search_json_is_a_warning_and_not_counted(tmp_path):
     found = usage.collect([str(root)])
     assert found.sweeps[0].figures["search"]["unestimated"] == 1
     assert any("search.json" in w and "not counted" in w for w in found.warnings)
+
+
+def test_prometheus_has_what_the_search_saved(tmp_path):
+    from slurmkit import usageout
+
+    root, _ = run_search(tmp_path)
+    text = usageout.prometheus(usage.collect([str(root)]))
+    line = next(x for x in text.splitlines() if x.startswith("slurmkit_report_search_saved{"))
+    assert 'unit="run_seconds"' in line and float(line.rsplit(" ", 1)[1]) == pytest.approx(
+        440, abs=1
+    )
+    assert "# TYPE slurmkit_report_search_saved gauge" in text
+    assert 'unit="gpu_hours"' not in text  # no accounting: not known
