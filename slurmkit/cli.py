@@ -346,17 +346,23 @@ def sweep(
     reporter.stop()
     _outcome(result, as_json)
     if wait and not result.ran_here and result.indices and not dry_run:
-        from .sweepstate import collect  # status: the backends' queries
-        from .sweepstate import wait as until_done
+        _follow(result.sweep_dir, as_json)
 
-        if as_json:
-            final = until_done(lambda: collect(result.sweep_dir, with_metrics=False))
-        else:
-            from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
-            final = ui.follow(lambda: collect(result.sweep_dir, with_metrics=False))
-            ui.print_summary(final)
-        sys.exit(0 if final.ok else 1)
+def _follow(root: str, as_json: bool) -> NoReturn:
+    """``sweep --wait``: follow the sweep until every trial has ended; exit 0 when each
+    COMPLETED or was PRUNED, else 1."""
+    from .sweepstate import collect  # status: the backends' queries
+    from .sweepstate import wait as until_done
+
+    if as_json:
+        final = until_done(lambda: collect(root, with_metrics=False))
+    else:
+        from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+        final = ui.follow(lambda: collect(root, with_metrics=False))
+        ui.print_summary(final)
+    sys.exit(0 if final.ok else 1)
 
 
 def _list_trials(args: tuple[str, ...], as_json: bool) -> None:
