@@ -86,6 +86,7 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/checkpoint.py
 	$(PY) bench/checkpoint.py --loop
+	$(PY) bench/asha_decision.py
 
 # Regenerate README.md's spec key reference from the table (slurmkit/spec/keys.py).
 readme-keys: install

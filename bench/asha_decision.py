@@ -65,22 +65,24 @@ def read_files(where: str) -> dict[str, float]:
     return out
 
 
-def one_decision(sweep: str, s: search.Search, trial: str, value: float) -> tuple[float, float]:
-    """What pruning._Trial._decide does at a rung (rank 0): the decision (the rung's listing
+def one_decision(
+    sweep: str, s: search.Search, trial: str, value: float
+) -> tuple[float, float, float]:
+    """What pruning.TrialSearch._decide does at a rung (rank 0): the decision (the rung's listing
     and the rule) and the whole step (its record created first, its search.json written after;
-    a "continue" is not flushed, a pruning is), in ms."""
+    a "continue" is not flushed, a pruning is), in ms; and the decision's CPU time."""
     tdir = os.path.join(sweep, "trials", trial)
     os.makedirs(tdir)
     t0 = time.perf_counter()
     search.record(sweep, 0, trial, value)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     seen = search.rung_values(sweep, 0, (trial, value))
     entry = search.decide(s, 0, trial, value, 1, seen)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     search.write_decision(tdir, entry)
     t3 = time.perf_counter()
     assert entry["seen"] == len(seen)
-    return (t2 - t1) * 1e3, (t3 - t0) * 1e3
+    return (t2 - t1) * 1e3, (t3 - t0) * 1e3, (c2 - c1) * 1e3
 
 
 def decisions(base: str, n: int, runs: int) -> dict[str, Any]:
@@ -90,15 +92,17 @@ def decisions(base: str, n: int, runs: int) -> dict[str, Any]:
     s = search.Search.from_dict(SEARCH, "bench")
     read_files(files)  # warm both
     search.rung_values(sweep, 0)
-    decided, steps, theirs = [], [], []
+    decided, steps, cpu, theirs, their_cpu = [], [], [], [], []
     for i in range(runs):
         # values from the best to the worst: about a third of them pruned (flushed)
-        took, step = one_decision(sweep, s, f"new{i:04d}", 0.5 - i / runs)
+        took, step, used = one_decision(sweep, s, f"new{i:04d}", 0.5 - i / runs)
         decided.append(took)
         steps.append(step)
-        t0 = time.perf_counter()
+        cpu.append(used)
+        t0, c0 = time.perf_counter(), time.process_time()
         got = read_files(files)
         theirs.append((time.perf_counter() - t0) * 1e3)
+        their_cpu.append((time.process_time() - c0) * 1e3)
         assert len(got) == n
     return {
         "records": n,
@@ -108,6 +112,8 @@ def decisions(base: str, n: int, runs: int) -> dict[str, Any]:
         "rung_step_ms_max": max(steps),
         "read_files_ms": statistics.median(theirs),
         "decision_to_read_files": statistics.median(decided) / statistics.median(theirs),
+        "decision_cpu_ms": statistics.median(cpu),
+        "read_files_cpu_ms": statistics.median(their_cpu),
     }
 
 

@@ -112,7 +112,7 @@ def test_50_threads_at_one_rung(tmp_path, monkeypatch):
     def trial(name: str, value: float) -> None:
         local.dir = tmp_path / "trials" / name
         local.dir.mkdir(parents=True)
-        state = pruning._Trial(s, str(local.dir), 0)
+        state = pruning.TrialSearch(s, str(local.dir), 0)
         start.wait()
         try:
             state.check(1, {"loss": value})

@@ -26,7 +26,6 @@ import os
 import tempfile
 import warnings
 
-import optuna
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,9 +34,16 @@ import slurmkit
 from slurmkit.core import search
 from slurmkit.runtime import pruning
 
-optuna.logging.set_verbosity(optuna.logging.ERROR)
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None  # many small writes: no disk
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def _optuna():  # imported when a test runs (~0.6 s: not in every xdist worker's collection)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    return optuna
+
 
 VALUES = st.one_of(
     st.integers(-3, 3).map(float),  # ties
@@ -78,6 +84,7 @@ class Oracle:
     """Optuna's pruner, wrapped for max_resource."""
 
     def __init__(self, s: search.Search, n: int) -> None:
+        optuna = _optuna()
         self.s = s
         pruner = optuna.pruners.SuccessiveHalvingPruner(
             min_resource=s.min_resource,
@@ -114,7 +121,7 @@ class Oracle:
 def ours(s: search.Search, root: str, i: int, step: int, value: float, states: dict) -> bool:
     state = states.get(i)
     if state is None:
-        state = states[i] = pruning._Trial(s, f"{root}/trials/t{i}", 0)
+        state = states[i] = pruning.TrialSearch(s, f"{root}/trials/t{i}", 0)
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             state.check(step, {"loss": value})
@@ -163,4 +170,4 @@ def test_the_rule_is_optunas_on_many_more(case: dict) -> None:
 
 
 def test_the_oracle_is_the_pinned_optuna() -> None:
-    assert optuna.__version__ == "5.0.0"  # the version the wrapper above was read against
+    assert _optuna().__version__ == "5.0.0"  # the version the wrapper above was read against

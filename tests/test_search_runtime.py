@@ -39,13 +39,13 @@ class Process:
         }
 
     def __enter__(self) -> Process:
-        pruning._STATE.clear()
+        pruning.forget()
         for k, v in self.env.items():
             self.monkeypatch.setenv(k, v)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pruning._STATE.clear()
+        pruning.forget()
 
     def decisions(self) -> dict:
         return search.decisions(str(self.dir)) or {}
@@ -176,7 +176,7 @@ def test_every_rank_follows_rank_0(monkeypatch, tmp_path):
     got: dict[int, object] = {}
 
     def rank(n: int, value: float) -> None:
-        state = pruning._Trial(
+        state = pruning.TrialSearch(
             search.Search.from_dict(SEARCH, "x"), str(tmp_path / "trials" / "b"), n
         )
         try:
@@ -223,10 +223,24 @@ def test_ranks_as_processes_stop_at_the_same_step(tmp_path):
     assert search.rung_values(str(root), 0) == {"best": 1.0, "t": 2.0}  # rank 0's record only
 
 
+def test_another_rank_needs_the_metric_key_not_its_value(monkeypatch, tmp_path):
+    run_curve(monkeypatch, tmp_path, "a", 0.0)
+    tdir = tmp_path / "trials" / "b"
+    tdir.mkdir()
+    s = search.Search.from_dict(SEARCH, "x")
+    other = pruning.TrialSearch(s, str(tdir), 1)
+    other.check(1, {"train_loss": 1.0})  # no metric key: not this rank's judging report
+    zero = pruning.TrialSearch(s, str(tdir), 0)
+    with pytest.raises(slurmkit.Pruned):
+        zero.check(1, {"val_loss": 5.0})
+    with pytest.raises(slurmkit.Pruned):
+        other.check(1, {"val_loss": None})  # only rank 0's value counts
+
+
 def test_a_rank_gives_up_when_rank_0_never_decides(monkeypatch, tmp_path):
     monkeypatch.setenv(pruning.ENV_WAIT, "0.05")
     (tmp_path / "trials" / "b").mkdir(parents=True)
-    state = pruning._Trial(search.Search.from_dict(SEARCH, "x"), str(tmp_path / "trials/b"), 1)
+    state = pruning.TrialSearch(search.Search.from_dict(SEARCH, "x"), str(tmp_path / "trials/b"), 1)
     with pytest.raises(RuntimeError, match="rank 0's decision at rung 0"):
         state.check(1, {"val_loss": 1.0})
 
@@ -242,10 +256,10 @@ def test_under_a_search_only_rank_0_writes_metrics(monkeypatch, tmp_path):
 
 
 def test_rank_comes_from_torchrun_or_the_slurm_step() -> None:
-    assert pruning._rank({}) == 0
-    assert pruning._rank({"RANK": "3"}) == 3
-    assert pruning._rank({"SLURM_PROCID": "2"}) == 0  # the batch script: one process
-    assert pruning._rank({"SLURM_PROCID": "2", "SLURM_STEP_ID": "0"}) == 2
+    assert pruning.rank_of({}) == 0
+    assert pruning.rank_of({"RANK": "3"}) == 3
+    assert pruning.rank_of({"SLURM_PROCID": "2"}) == 0  # the batch script: one process
+    assert pruning.rank_of({"SLURM_PROCID": "2", "SLURM_STEP_ID": "0"}) == 2
 
 
 def test_median_rule_judges_the_best_so_far(monkeypatch, tmp_path):

@@ -132,14 +132,20 @@ def _better_or_equal(a: float, b: float, mode: str) -> bool:
     return a <= b if mode == "min" else a >= b
 
 
+def asha_threshold(values: Sequence[float], reduction_factor: int, mode: str) -> float:
+    """The worst value that still continues among ``values`` (non-empty): the
+    ``kept(len(values))``-th best."""
+    ranked = sorted(values, reverse=mode == "max")
+    return ranked[kept(len(ranked), reduction_factor) - 1]
+
+
 def keep_asha(value: float, values: Sequence[float], reduction_factor: int, mode: str) -> bool:
     """Successive halving's rule: ``value`` continues iff it is within the best
     ``kept(len(values))`` of ``values`` (the rung's values, its own included), ties kept.
     NaN never continues (and is never among ``values``)."""
     if math.isnan(value):
         return False
-    ranked = sorted(values, reverse=mode == "max")
-    return _better_or_equal(value, ranked[kept(len(ranked), reduction_factor) - 1], mode)
+    return _better_or_equal(value, asha_threshold(values, reduction_factor, mode), mode)
 
 
 def median(values: Sequence[float]) -> float:
@@ -191,11 +197,10 @@ def decide(
             if limit is None
             else sum(_better_or_equal(v, limit, search.mode) for v in others) + keep
         )
-    else:  # keep_asha's rule, with the one sort that also gives the threshold
+    else:  # keep_asha, with its threshold kept for the record
         n_kept = kept(len(pool), search.reduction_factor)
         if pool:
-            pool.sort(reverse=search.mode == "max")
-            limit = pool[n_kept - 1]
+            limit = asha_threshold(pool, search.reduction_factor, search.mode)
         keep = not nan and limit is not None and _better_or_equal(value, limit, search.mode)
     return {
         "rung": k,

@@ -1,15 +1,17 @@
 """The trial's side of the sweep's search: ``report()`` judges the trial at each rung it reaches.
 
 The runtime gives the trial its sweep's search (:class:`~slurmkit.core.search.Search`, from the
-job contract) as ``SLURMKIT_SEARCH`` (JSON). :func:`check` runs in each ``report()``: between
-rungs it compares one number; at the first report at or past a rung not yet decided it judges
-the trial (:func:`~slurmkit.core.search.decide` over the rung's records), writes the decision in
-the trial's ``search.json`` and, when pruned, raises :class:`~slurmkit.runtime.report.Pruned`.
+job contract) as ``SLURMKIT_SEARCH`` (JSON). :meth:`TrialSearch.check` runs in each
+``report()``: between rungs it compares one number; at the first report at or past a rung not
+yet decided it judges the trial (:func:`~slurmkit.core.search.decide` over the rung's
+records), writes the decision in the trial's ``search.json`` and, when pruned, raises
+:class:`~slurmkit.runtime.report.Pruned`.
 
 Several processes (torchrun, srun tasks): rank 0 (``RANK``, else ``SLURM_PROCID`` in a step)
 decides from its own value; every other rank, at the same report, waits for that rung's
 decision in ``search.json`` (up to ``SLURMKIT_SEARCH_WAIT`` s, default 600) and follows it, so
-all ranks stop at the same step. Every rank must therefore call ``report()`` at the same steps.
+all ranks stop at the same step. Every rank must therefore call ``report()`` at the same steps
+with the same keys (another rank's value of the metric may be anything, ``None`` included).
 
 State kept in the process (the decided rungs, the best value so far for ``median``) is read
 back from ``search.json`` when the process starts: a requeued trial resuming past a decided
@@ -24,6 +26,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..core import search as core
@@ -34,7 +37,7 @@ ENV_WAIT = "SLURMKIT_SEARCH_WAIT"  # how long ranks > 0 wait for rank 0's decisi
 WAIT = 600.0
 
 
-class _Trial:
+class TrialSearch:
     """One trial's search state in this process."""
 
     def __init__(self, search: Search, trial_dir: str, rank: int) -> None:
@@ -70,10 +73,12 @@ class _Trial:
         reached = step if self.search.resource == "step" else values.get(self.search.resource)
         if not isinstance(reached, (int, float)) or reached < self.rungs[self.next]:
             return  # between rungs: the whole cost of a report
-        if not number:
-            return  # judged at the first report that has the metric
+        # judged at the first report that has the metric (rank 0: a number; another rank's
+        # value is not used, the key is enough: it then waits for rank 0's decision)
+        if not number and (self.rank == 0 or self.search.metric not in values):
+            return
         while self.next < len(self.rungs) and reached >= self.rungs[self.next]:
-            entry = self._decide(self.next, float(value), reached)
+            entry = self._decide(self.next, float(value) if number else math.nan, reached)
             self.decided[self.next] = entry
             self._skip_decided()
             if entry["decision"] == core.PRUNED:
@@ -95,7 +100,8 @@ class _Trial:
         return next(r for r in written["rungs"] if r["rung"] == k)  # an earlier one stands
 
     def _await(self, k: int) -> dict[str, Any]:
-        deadline = time.monotonic() + float(os.environ.get(ENV_WAIT) or WAIT)
+        wait = float(os.environ.get(ENV_WAIT) or WAIT)
+        deadline = time.monotonic() + wait
         pause = 0.01
         while True:
             known = core.decisions(self.dir) or {"rungs": []}
@@ -104,7 +110,7 @@ class _Trial:
                     return dict(r)
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"slurmkit: rank {self.rank} waited {ENV_WAIT}={deadline:.0f}s in vain for "
+                    f"slurmkit: rank {self.rank} waited {wait:g} s ({ENV_WAIT}) in vain for "
                     f"rank 0's decision at rung {k} in {os.path.join(self.dir, core.DECISIONS)}"
                 )
             time.sleep(pause)
@@ -132,7 +138,7 @@ def _best(values: list[float], mode: str) -> float | None:
     return min(values) if mode == "min" else max(values)
 
 
-def _rank(env: Any = os.environ) -> int:
+def rank_of(env: Mapping[str, str]) -> int:
     """This process's rank in the trial's step (0 when alone)."""
     if env.get("RANK"):
         return int(env["RANK"])
@@ -141,10 +147,10 @@ def _rank(env: Any = os.environ) -> int:
     return 0
 
 
-_STATE: dict[tuple[str, str], _Trial] = {}
+_STATE: dict[tuple[str, str], TrialSearch] = {}
 
 
-def trial(trial_dir: str) -> _Trial | None:
+def trial(trial_dir: str) -> TrialSearch | None:
     """This process's search state of ``trial_dir``; None when its sweep has no search."""
     raw = os.environ.get(ENV)
     if not raw:
@@ -153,10 +159,10 @@ def trial(trial_dir: str) -> _Trial | None:
     state = _STATE.get(key)
     if state is None:
         search = Search.from_dict(json.loads(raw), ENV)
-        state = _STATE[key] = _Trial(search, trial_dir, _rank())
+        state = _STATE[key] = TrialSearch(search, trial_dir, rank_of(os.environ))
     return state
 
 
-def rank() -> int:
-    """This process's rank (0 when alone): only rank 0 writes metrics under a search."""
-    return _rank()
+def forget() -> None:
+    """Drop this process's search state (tests: a new process reads search.json again)."""
+    _STATE.clear()

@@ -233,57 +233,17 @@ KEYS: tuple[Key, ...] = (
     Key(
         "search",
         "block",
-        "early stopping without a driver ([above](#early-stopping-search-asha)): each trial's "
-        "`slurmkit.report()` is judged at rungs `min_resource × reduction_factor^k` below "
-        "`max_resource`; a trial stopped there ends PRUNED",
-        example="search: {method: asha, metric: val_loss, mode: min, max_resource: 27}",
-        checked="validate._search",
+        "early stopping, judged in each trial's `report()` ([above](#early-stopping-search-asha))",
+        example="search: {metric: val_loss, max_resource: 27}",
+        checked="spec.searchblock.search_block",
     ),
-    Key(
-        "search.method",
-        "choice",
-        "`asha`: asynchronous successive halving (Optuna's SuccessiveHalvingPruner rule: the "
-        "best `1/reduction_factor` at a rung continue); `median`: a trial whose best value is "
-        "worse than the median of the others' at the rung stops",
-        default="asha",
-        choices=METHODS,
-        hint=_ALLOWED,
-    ),
-    Key(
-        "search.metric",
-        "str",
-        "the reported key judged (`slurmkit.report(val_loss=...)`)",
-        required=True,
-        mismatch="required: a metric name, got {value!r}",
-    ),
-    Key(
-        "search.mode",
-        "choice",
-        "whether lower (`min`) or higher (`max`) values are better",
-        default="min",
-        choices=MODES,
-        hint=_ALLOWED,
-    ),
-    Key(
-        "search.resource",
-        "str",
-        "what counts the resource: `step` (the reported `step`) or another reported key",
-        default="step",
-    ),
+    Key("search.method", "choice", "the rule", default="asha", choices=METHODS, hint=_ALLOWED),
+    Key("search.metric", "str", "the reported key it judges", required=True, mismatch=_REQUIRED),
+    Key("search.mode", "choice", "which is better", default="min", choices=MODES, hint=_ALLOWED),
+    Key("search.resource", "str", "`step` or another reported key", default="step"),
     Key("search.min_resource", "number", "the first rung", default=1),
-    Key(
-        "search.max_resource",
-        "number",
-        "the resource of a full trial: no rung at or past it",
-        required=True,
-        mismatch="required: a number, got {value!r}",
-    ),
-    Key(
-        "search.reduction_factor",
-        "positive",
-        "the rungs' ratio, and the share (`1/reduction_factor`) that continues (>= 2)",
-        default=3,
-    ),
+    Key("search.max_resource", "number", "a whole trial's; no rung from there on", required=True),
+    Key("search.reduction_factor", "positive", "rungs' ratio; 1 in it goes on (>= 2)", default=3),
     Key(
         "output_root",
         "str",

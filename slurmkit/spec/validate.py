@@ -23,7 +23,6 @@ from typing import Any
 
 from ..core import slurmtime
 from ..core.contract import SIGNALS
-from ..core.search import Search, problems
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import parse_value
@@ -40,6 +39,7 @@ from .model import (
     Resources,
     SweepSpec,
 )
+from .searchblock import search_block
 
 ALIASES = {k.name: k.alias for k in KEYS if k.alias}  # resources keys: alias -> key
 # Options slurmkit renders itself: setting them through `extra` would break the sweep.
@@ -158,7 +158,7 @@ def validate(
         logs=_logs(data, source),
         data=_data(data, source),
         labels=_labels(data, resources, source),
-        search=_search_block(data, source),
+        search=search_block(data, source),
     )
 
 
@@ -587,17 +587,3 @@ def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
             raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source, key=where)
         budgets[cause] = count
     return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)
-
-
-def _search_block(data: Mapping[str, Any], source: str) -> Search | None:
-    """The ``search`` block: its keys' kinds and allowed values (the table's words), then what
-    core/search.py's :func:`~slurmkit.core.search.problems` says of the values together."""
-    if data.get("search") is None:
-        return None
-    raw = mapping(data, "search", source)
-    for name in ("method", "metric", "mode", "resource", "reduction_factor"):
-        read(raw, f"search.{name}", source)
-    if found := problems(raw):
-        key, why = found[0]
-        raise SpecError(why, file=source, key=f"search.{key}")
-    return Search.from_dict(raw, source)
