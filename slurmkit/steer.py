@@ -52,7 +52,7 @@ def results_table(
             "state": t.state,
             **t.params,
             **{metric_cols[k]: v for k, v in t.metrics.items()},
-            **_rung_cells(t.rungs, rung_cols),
+            **_rung_cells(t.rungs or [], rung_cols),
         }
         for t in current.trials
     ]

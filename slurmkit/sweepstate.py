@@ -31,12 +31,13 @@ class TrialStatus:
     reason: str = ""
     cause: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
-    # under a search: the rungs it reached, {"rung", "resource", "value"} each (searchview.py)
-    rungs: list[dict[str, Any]] = field(default_factory=list)
+    # under a search: the rungs it reached, {"rung", "resource", "value"} each (searchview.py);
+    # None: its sweep has no search (or they were not read: with_metrics=False)
+    rungs: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
-        if not self.rungs:
+        if self.rungs is None:
             del out["rungs"]  # a sweep without a search: as before
         return out
 

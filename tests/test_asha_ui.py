@@ -43,6 +43,10 @@ def test_status_json_has_the_search_and_each_trials_rungs(tmp_path):
     assert [r["resource"] for r in by_index[6]["rungs"]] == [1]  # pruned at the first
     assert by_index[6]["rungs"][0]["value"] == pytest.approx(0.6 + 1)
     assert by_index[2]["rungs"][1] == {"rung": 1, "resource": 3, "value": 0.2 + 1 / 3}
+    for record in (root / "search" / "rung-0").glob(f"*~{by_index[6]['id']}"):
+        record.unlink()  # as if it had not reached its first rung yet
+    again = sweepstate.collect(str(root)).as_dict()["trials"]
+    assert next(t for t in again if t["index"] == 6)["rungs"] == []
 
 
 def test_a_sweep_without_a_search_shows_no_rungs(tmp_path):
