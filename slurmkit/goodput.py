@@ -62,6 +62,9 @@ WAITING = ("queued", "hold")
 ALLOCATED_LOST = ("restart", "lost_work", "hang", "bad_node", "failed")
 LOST = WAITING + ALLOCATED_LOST
 NODE_CAUSES = ("node", "node_failure")
+# Outcomes whose whole run was productive: a trial that ran to its end, or that its search
+# pruned (it did what it was asked: its hours are useful, as report counts them).
+ENDED_WELL = ("completed", "pruned")
 _HOURS = attrgetter(*(f"{kind}_hours" for kind in KINDS))
 
 
@@ -99,7 +102,7 @@ def split(
     if a.start is None or not a.units:
         return
     per_s = a.units / 3600
-    if previous is None and a.outcome == "completed" and a.eligible is not None:  # most
+    if previous is None and a.outcome in ENDED_WELL and a.eligible is not None:  # most
         a.queued_hours = per_s * max(0.0, a.start - a.eligible)
         a.productive_hours = a.useful_hours
         return
@@ -125,7 +128,7 @@ def split(
         else:
             began = min(max(first, a.start), stop)
         a.restart_hours = per_s * (began - a.start)
-    kept = stop if a.outcome == "completed" else began
+    kept = stop if a.outcome in ENDED_WELL else began
     if a.outcome == "interrupted" and a.checkpoint is not None:
         kept = min(max(a.checkpoint, began), stop)
     a.productive_hours = per_s * (kept - began)

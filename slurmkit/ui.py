@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -44,6 +44,7 @@ out = Console(highlight=False, width=1_000_000 if PIPED else None)
 err = Console(stderr=True, highlight=False, width=1_000_000 if PIPED else None)
 STYLE = {
     states.COMPLETED: "green",
+    states.PRUNED: "blue",
     states.RUNNING: "cyan",
     states.PENDING: "yellow",
     states.REQUEUED: "yellow",
@@ -194,12 +195,28 @@ class Reporter:
             self.progress.stop()
 
 
+def _pruned(root: str, indices: Iterable[int]) -> int:
+    """How many of the trials ``indices`` of the sweep at ``root`` ended PRUNED (0 without a
+    search, with nothing more read)."""
+    from . import store
+
+    sweep = store.open_sweep(root)
+    if "search" not in store.config(sweep, []):
+        return 0
+    rows = store.manifest(sweep, [])
+    ids = [row["id"] for i in indices if i < len(rows) and (row := rows[i]) is not None]
+    found = store.read_statuses(sweep, ids, warnings=[]).values()
+    return sum(1 for s in found if s is not None and s.get("state") == states.PRUNED)
+
+
 def print_submission(result: Submission) -> None:
     if result.ran_here:
         failed = sorted(i for i, c in result.exit_codes.items() if c != 0)
+        pruned = _pruned(result.sweep_dir, result.exit_codes)
         out.print(
             f"ran {len(result.exit_codes)} trial(s) locally: "
-            f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
+            f"[green]{len(result.exit_codes) - len(failed) - pruned} completed[/green]"
+            + (f", [blue]{pruned} pruned[/blue]" if pruned else "")
             + (
                 f", [red]{len(failed)} failed[/red] (indices {_short(failed, 60)})"
                 if failed
@@ -298,7 +315,7 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
             counts = " ".join(
                 f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
                 for k, n in current.counts.items()
-                if k not in states.SUCCESS
+                if k != states.COMPLETED  # PRUNED shown: stopped early, not a failure
             )
             progress.update(task, total=len(current.trials), completed=done, extra=counts)
 
@@ -328,7 +345,7 @@ def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     shown = [
         c
         for c in columns
-        if not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))
+        if not (c == "state" and all(r.get("state") == states.COMPLETED for r in rows))
     ]
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:

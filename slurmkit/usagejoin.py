@@ -29,7 +29,7 @@ CAUSES = (
 )
 # Causes whose work up to the last checkpoint is kept when the trial goes on.
 INTERRUPTIONS = ("preemption", "timeout", "node_failure", "node", "hang", "cancelled")
-OUTCOMES = ("completed", "interrupted", "failed", "cancelled", "running")
+OUTCOMES = ("completed", "pruned", "interrupted", "failed", "cancelled", "running")
 # A runtime record starts a little after its allocation (the batch shell, Python), and never
 # long before or after it: how far apart the two may be and still be one attempt.
 SKEW = 60.0
@@ -188,6 +188,8 @@ def join_trial(
         later = n < len(pairs)
         if ended == states.COMPLETED:
             outcome = "completed"
+        elif ended == states.PRUNED:  # stopped early by the search: its work was used
+            outcome = "pruned"
         elif ended in (states.RUNNING, states.PENDING):
             outcome = "running"
         elif cause in INTERRUPTIONS and (later or active):
@@ -246,7 +248,7 @@ def ending(row: Row | None, rec: dict[str, Any] | None) -> tuple[str, str | None
         cause = rec.get("cause") if rec else None
         if recorded in (states.CANCELLED, states.TERMINATED):
             return recorded, "cancelled"
-        if recorded == states.COMPLETED:
+        if recorded in states.SUCCESS:  # COMPLETED, PRUNED
             return recorded, None
         fixed = {states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failure"}.get(recorded)
         if isinstance(cause, str) and cause in CAUSES and fixed is None:
@@ -268,7 +270,7 @@ def hours(a: Attempt, now: float) -> None:
     total = a.units * max(0.0, stop - a.start) / 3600
     if a.outcome == "running":
         a.running_hours = total
-    elif a.outcome == "completed":
+    elif a.outcome in ("completed", "pruned"):
         a.useful_hours = total
     elif a.outcome == "interrupted" and a.checkpoint is not None:
         a.useful_hours = a.units * (min(a.checkpoint, stop) - a.start) / 3600

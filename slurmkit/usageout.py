@@ -148,6 +148,9 @@ def print_tables(report: Report, show_trials: bool) -> None:
         from .ui import nodes_view
 
         out.print(nodes_view(report.nodes, "suspect nodes", across=True))
+    for s in report.sweeps:
+        if "search" in s.figures:
+            note(search_line(s.name, s.figures["search"]))
     unpriced = report.totals["unpriced"]
     if unpriced:
         note(
@@ -184,6 +187,24 @@ def goodput_table(report: Report) -> Any:
     for row in rows:
         t.add_row(*(Text(cell) for cell in row))
     return t
+
+
+def search_line(name: str, found: dict[str, Any]) -> str:
+    """One line of what a sweep's search saved (``usage.saved``), against running every trial
+    to max_resource."""
+    parts = []
+    for key, unit in (("gpu_hours", "GPU-h"), ("cpu_hours", "CPU-h")):
+        if found[key] is not None:
+            parts.append(f"{amount(found[key]['saved'])} {unit}")
+    run = found["run_s"]
+    parts.append(f"{duration(run['saved'])} of run time")
+    text = f"{_one_line(name)}: the search pruned {found['pruned']} trial(s) and saved about "
+    text += ", ".join(parts)
+    if run["share"] is not None:
+        text += f" ({percent(run['share'])} of running every trial to max_resource)"
+    if found["unestimated"]:
+        text += f"; {found['unestimated']} pruned trial(s) without a recorded reach: not counted"
+    return text
 
 
 def trials_table(sweeps: Sequence[SweepReport]) -> Any:
@@ -283,6 +304,11 @@ _METRICS = {
     "ettr_allocated": ("gauge", "Productive over allocated time (no queue, no hold)."),
     "goodput_unknown_attempts": ("gauge", "Attempts whose records lack a figure of the split."),
     "blamed_attempts": ("gauge", "Attempts whose failure was put on a node, by node."),
+    "search_saved": (
+        "gauge",
+        "What a search's pruning saved against running every trial to max_resource, by unit "
+        "(run_seconds, gpu_hours, cpu_hours): an estimate.",
+    ),
 }
 
 
@@ -351,6 +377,13 @@ def _series(
             add("goodput_unknown_attempts", n, unit=unit, figure=figure)
     for node, n in figs["blamed"].items():
         add("blamed_attempts", n, node=node)
+    for key, unit in (
+        ("run_s", "run_seconds"),
+        ("gpu_hours", "gpu_hours"),
+        ("cpu_hours", "cpu_hours"),
+    ):
+        found = (figs.get("search") or {}).get(key)
+        add("search_saved", found["saved"] if found else None, unit=unit)
 
 
 def _labels(labels: dict[str, str]) -> str:

@@ -259,3 +259,15 @@ def test_the_table_says_where_the_hours_went(capsys):
     assert "where the hours went" in shown and "lost work" in shown and "1 restart" in shown
     ettr = goodput.summary([a for t in _report().sweeps[0].trials for a in t.attempts], "gpu")
     assert usageout.percent(ettr["ettr"]) in shown
+
+
+def test_a_pruned_trial_ran_productively_to_its_end():
+    """A trial its search pruned did what it was asked (issue 25): its run is productive, as a
+    completed one's, in its first attempt and in an attempt after a requeue alike."""
+    one = join([row()], [record(state="PRUNED", start=T0 + 1, end=T0 + 1000)], state="PRUNED")
+    assert one[0].outcome == "pruned"
+    assert seconds(one[0]) == {"productive": 1000}
+    two = join(TIMEOUT_ROWS, [TIMEOUT_RECORDS[0], {**TIMEOUT_RECORDS[1], "state": "PRUNED"}],
+               [T0 + 590], state="PRUNED")  # fmt: skip
+    assert two[1].outcome == "pruned"
+    assert seconds(two[1]) == {"hold": 125, "queued": 5, "restart": 15, "productive": 985}
