@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "report": ("slurmkit.runtime.report", "report"),
     "params": ("slurmkit.runtime.report", "params"),
+    "Pruned": ("slurmkit.runtime.report", "Pruned"),
     "load": ("slurmkit.spec", "load"),
     "submit": ("slurmkit.sweep", "submit"),
     "resume": ("slurmkit.sweep", "resume"),

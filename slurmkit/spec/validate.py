@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import slurmtime
-from ..core.contract import SIGNALS
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import parse_value
@@ -35,10 +34,11 @@ from .model import (
     DataEntry,
     Domain,
     Logs,
-    Requeue,
     Resources,
     SweepSpec,
 )
+from .requeueblock import requeue_block
+from .searchblock import search_block
 
 ALIASES = {k.name: k.alias for k in KEYS if k.alias}  # resources keys: alias -> key
 # Options slurmkit renders itself: setting them through `extra` would break the sweep.
@@ -153,10 +153,11 @@ def validate(
         workdir=workdir,
         source=source,
         params_text=dict(params_text or {}),
-        requeue=_requeue(data, source, resources.time),
+        requeue=requeue_block(data, source, resources.time),
         logs=_logs(data, source),
         data=_data(data, source),
         labels=_labels(data, resources, source),
+        search=search_block(data, source),
     )
 
 
@@ -557,31 +558,3 @@ def _extra(raw: Mapping[str, Any], source: str) -> dict[str, str | int | bool]:
             )
         extra[key] = found
     return extra
-
-
-def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
-    if data.get("requeue") is None:
-        return Requeue()
-    raw = mapping(data, "requeue", source)
-    enabled = read(raw, "requeue.enabled", source)
-    sig = str(typed(raw, "requeue.signal", source)).upper()
-    sig = sig[3:] if sig.startswith("SIG") else sig
-    if sig not in SIGNALS:
-        raise error("requeue.signal", raw.get("signal"), source)
-    lead = read(raw, "requeue.lead", source)
-    limit = slurmtime.parse_seconds(time) if time else None
-    if limit is not None and lead >= limit:
-        raise SpecError(
-            f"lead {lead} s is not shorter than the time limit ({time})",
-            file=source,
-            key="requeue.lead",
-            hint="the signal must come before the limit",
-        )
-    budgets = dict(Requeue().budgets)
-    for cause, count, where in entries(raw, "requeue.budgets", source):
-        if count is not None and (
-            isinstance(count, bool) or not isinstance(count, int) or count < 0
-        ):
-            raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source, key=where)
-        budgets[cause] = count
-    return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)
