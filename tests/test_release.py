@@ -174,9 +174,10 @@ def test_sbatch_inside_a_job_gets_none_of_the_jobs_options():
     assert releaser.sbatch_env(env) == {"SLURM_CONF": "/c", "PATH": "/bin"}
     assert releaser.job_ref({"SLURM_JOB_ID": "9"}) == "9"
     assert releaser.job_ref({"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3"}) == "7_3"
-    off = {"SLURMKIT_NO_RELEASE": "1", "SLURM_JOB_ID": "9"}
-    assert releaser.submit("r", "l", "n", env=off) is None
-    assert releaser.submit("r", "l", "n", env={}) is None  # not a Slurm job
+    job = {"SLURM_JOB_ID": "9", "SLURM_JOB_NAME": "lr"}
+    assert releaser.submit("r", "l", env={**job, "SLURMKIT_NO_RELEASE": "1"}) is None
+    assert releaser.submit("r", "l", env={"SLURM_JOB_ID": "9"}) is None  # not a batch job
+    assert releaser.submit("r", "l", env={}) is None  # not a Slurm job
 
 
 def test_one_sibling_of_a_sweep_holds_the_lease_per_interval(tmp_path):
@@ -321,3 +322,31 @@ def test_the_runtime_submits_a_releaser_for_its_own_requeue_only(tmp_path, spec_
     run = trial_mod.TrialRun(sweep, 0, under_slurm=True)
     run.start()
     assert run.wait() == 76 and len(asked) == 1
+
+
+def test_the_releaser_job_asks_for_little_and_is_never_requeued(tmp_path, monkeypatch):
+    log, bin_dir = tmp_path / "argv", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\nenv >> {log}\necho 42\n'
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "12",
+        "SLURM_ARRAY_JOB_ID": "7",
+        "SLURM_ARRAY_TASK_ID": "3",
+        "SLURM_JOB_NAME": "lr",
+        "SLURM_JOB_PARTITION": "gpu",
+        "SLURM_RESTART_COUNT": "2",
+        "SBATCH_COMMENT": "slurmkit:/x",
+    }
+    assert (
+        releaser.submit("/s/release-3.json", "/s/release-3.out", sweep="/s", trial="t", env=env)
+        == "42"
+    )
+    text = log.read_text()
+    for option in ("--job-name=lr-release", "--no-requeue", "--partition=gpu", "--ntasks=1"):
+        assert option in text.splitlines()
+    assert "--job 7_3 --restarts 2 --record /s/release-3.json --sweep /s --trial t" in text
+    assert "comment" not in text.lower() and "SLURM_JOB_ID" not in text

@@ -316,7 +316,7 @@ class Supervisor(Attempt):
             self.say(f"{outcome.reason}")
             if self.on_slurm and not by_slurm:  # its own requeue: started again in seconds
                 stem = os.path.join(self.folder, f"{self.job}_release-{attempt['n']}")
-                releaser.submit(f"{stem}.json", f"{stem}.out", "submitit")
+                releaser.submit(f"{stem}.json", f"{stem}.out")
             return ALREADY_REQUEUED if by_slurm else REQUEUE_EXIT
         return outcome.code
 

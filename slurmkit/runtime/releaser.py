@@ -79,17 +79,17 @@ def command(job: str, restarts: int, record: str, sweep: str | None, trial: str 
 def submit(
     record: str,
     log: str,
-    name: str,
     *,
     sweep: str | None = None,
     trial: str | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> str | None:
-    """Submit the releaser of this job (run by a runtime about to exit 75); its job id, or
-    None when it is off, not a Slurm job, or sbatch refused (said on stderr: the job then
-    waits out the hold as before)."""
-    job = job_ref(env)
-    if off(env) or not job:
+    """Submit the releaser of this job (run by a runtime about to exit 75), named after it
+    (``NAME-release``); its job id, or None when it is off, not a Slurm batch job (no
+    ``SLURM_JOB_NAME``), or sbatch refused (said on stderr: the job then waits out the hold
+    as before)."""
+    job, name = job_ref(env), env.get("SLURM_JOB_NAME")
+    if off(env) or not job or not name:
         return None
     restarts = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     argv = [

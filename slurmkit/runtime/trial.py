@@ -414,7 +414,6 @@ class TrialRun(Attempt):
             releaser.submit(
                 f"{self.dir}/release-{n}.json",
                 f"{self.dir}/release-{n}.out",
-                os.environ.get("SLURM_JOB_NAME") or "slurmkit",
                 sweep=self.sweep.root,
                 trial=self.id,
             )
