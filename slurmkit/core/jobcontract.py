@@ -30,6 +30,7 @@ DEFAULT_BUDGETS: Mapping[str, int | None] = {
     "node_failure": 3,
     "container": 0,
     "error": 0,
+    "hang": 3,
 }
 
 
@@ -46,6 +47,8 @@ class Policy:
     signal: str = DEFAULT_SIGNAL
     lead: int = DEFAULT_LEAD
     budgets: Mapping[str, int | None] = field(default_factory=default_budgets)
+    # seconds without progress that make a hang; None: auto (runtime.hang), 0: no watchdog
+    hang_timeout: int | None = None
 
 
 # A contract without a requeue block asks for no requeue (the runtime's reading since 0.1).
@@ -152,8 +155,12 @@ def _policy(raw: Any, source: str) -> Policy:
         v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in budgets.values()
     ):
         raise Damaged(source, "requeue.budgets: expected counts (or null: unlimited)")
+    hang_timeout = _typed(raw, "hang_timeout", int, "seconds", source, "requeue.")
+    if hang_timeout is not None and hang_timeout < 0:
+        raise Damaged(source, f"requeue.hang_timeout: expected seconds >= 0, got {hang_timeout}")
     return Policy(
         enabled=enabled,
+        hang_timeout=hang_timeout,
         signal=signal,
         lead=DEFAULT_LEAD if lead is None else lead,
         budgets={**DEFAULT_BUDGETS, **(budgets or {})},

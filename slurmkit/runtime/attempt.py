@@ -13,9 +13,12 @@
   (:func:`handles`): sent before, it would kill a step still starting (importing torch) and
   lose its requeue.
 - **The wait loop** runs :attr:`Attempt.checks` every :data:`POLL` s while the step runs under
-  the policy: Slurm's view is read once a stop signal came, while it is fresh (the cause is
-  classified from it), and a held signal is passed on. A periodic check of its own (a hang
-  watchdog) is one more entry there.
+  the policy or a hang watchdog: Slurm's view is read once a stop signal came, while it is fresh
+  (the cause is classified from it), and a held signal is passed on.
+- **The hang watchdog** (:mod:`.hang`, where the subclass sets :attr:`Attempt.watchdog`): the
+  step's progress stopped: its ranks' stacks go to the hang file, the step is ended, and the
+  attempt's cause is ``hang`` (requeued under its budget; FAILED outside the policy). Each
+  attempt record gets ``first_progress``, ``last_progress``, ``last_checkpoint`` and ``hang``.
 - **The decision**: :func:`~slurmkit.runtime.requeue.classify` and ``decide``, per-cause budgets
   over the earlier attempts; outside the policy an exit is COMPLETED, FAILED or TERMINATED.
 - **The environment contract**: ``env_runtime`` with its placeholders filled
@@ -44,7 +47,7 @@ from typing import Any
 from ..core import placeholders, states
 from ..core.contract import REQUEUE_EXIT
 from ..core.jobcontract import Policy
-from . import requeue
+from . import hang, requeue
 
 # Slurm's ids of the job, kept in each attempt's record.
 SLURM_KEYS = {
@@ -53,7 +56,7 @@ SLURM_KEYS = {
     "array_task_id": "SLURM_ARRAY_TASK_ID",
     "restart_count": "SLURM_RESTART_COUNT",
 }
-# Seconds between the wait loop's checks (under the requeue policy).
+# Seconds between the wait loop's checks (under the requeue policy or a hang watchdog).
 POLL = 0.2
 _MASKS = ("SigBlk:", "SigIgn:", "SigCgt:")
 
@@ -114,8 +117,12 @@ class Attempt:
         self._hold = getattr(signal, "SIG" + policy.signal) if on_slurm else None
         self._held = False  # the requeue signal came; the loop sends it once the step handles it
         self._unsent: list[int] = []  # came while the step was being started
-        # run every POLL s while the step runs under the policy
-        self.checks: list[Callable[[], None]] = [self._look, self._pass_held]
+        self.watchdog: hang.Watchdog | None = None  # set by a subclass that has progress
+        self.hang_file: str | None = None  # where the watchdog writes the ranks' stacks
+        self.step_job: str | None = None  # the Slurm job whose steps are the step's ranks
+        self.own_group = False  # the step has a process group of its own
+        # run every POLL s while the step runs under the policy or a watchdog
+        self.checks: list[Callable[[], None]] = [self._look, self._pass_held, self._watch]
 
     # --- the attempt record ----------------------------------------------------------------
 
@@ -151,6 +158,11 @@ class Attempt:
             attempt["signals"] = list(self.signals)
         if self.info is not None:
             attempt["slurm"] = {k: self.info[k] for k in requeue.EVIDENCE if k in self.info}
+        if self.watchdog is not None:
+            if self.watchdog.declared is None:
+                self.watchdog.look()  # the progress made since the last look
+            name = os.path.basename(self.hang_file) if self.hang_file else None
+            attempt.update(self.watchdog.record(name))
 
     # --- signals and the step --------------------------------------------------------------
 
@@ -180,18 +192,21 @@ class Attempt:
             say(f"slurmkit: {', '.join(self.signals)} came before the command started")
             return False
         self._unsent.clear()
+        if self.watchdog is not None:  # SIGABRT ends a hung step: no core files of it
+            hang.no_cores()
         self.proc = subprocess.Popen(argv, **popen)
         for signum in self._unsent:
             self._send(signum)
         return True
 
     def wait_step(self) -> int:
-        """Wait for the step, running :attr:`checks` every POLL s under the policy; its exit
-        code (128+N when it died of signal N)."""
+        """Wait for the step, running :attr:`checks` every POLL s under the policy or a
+        watchdog; its exit code (128+N when it died of signal N)."""
         assert self.proc is not None
+        polls = self.on_slurm or self.watchdog is not None
         while True:
             try:
-                rc = self.proc.wait(timeout=POLL if self.on_slurm else None)
+                rc = self.proc.wait(timeout=POLL if polls else None)
                 break
             except subprocess.TimeoutExpired:
                 for check in self.checks:
@@ -200,7 +215,7 @@ class Attempt:
 
     def _look(self) -> None:
         """Once a stop signal came: read Slurm's view now, while it is fresh, and its cause."""
-        if self.signals and self.info is None:
+        if self.on_slurm and self.signals and self.info is None:
             self.slurm_cause()
             self.signalled()
 
@@ -209,6 +224,34 @@ class Attempt:
         if self._held and self._hold and self.proc and handles(self.proc.pid, self._hold):
             self._held = False
             self._send(self._hold)
+
+    def _watch(self) -> None:
+        """The hang watchdog: once the step's progress stopped, write its ranks' stacks to the
+        hang file and end it (the outcome's cause is then ``hang``)."""
+        if self.watchdog is None or self.proc is None or not self.watchdog.check():
+            return
+        proc, group = self.proc, self.own_group
+
+        def send(signum: int) -> None:
+            hang.signal_step(signum, proc.pid, self.step_job, group)
+
+        def kill() -> None:
+            hang.signal_step(signal.SIGKILL, proc.pid, None, group)
+
+        hang.signal_step(hang.progress.DUMP_SIGNAL, proc.pid, self.step_job, group)
+        found = hang.collect(self.watchdog)
+        mark = self.output_mark()
+        hang.end(proc, send, kill)
+        if self.hang_file:
+            hang.write(self.hang_file, self.watchdog, found, self.output_since(mark))
+
+    def output_mark(self) -> int:
+        """Where the step's output ends now (:meth:`output_since` reads from there)."""
+        return 0
+
+    def output_since(self, mark: int) -> str:
+        """What the step printed since ``mark`` ('' where the subclass cannot tell)."""
+        return ""
 
     def signalled(self) -> None:
         """Called once Slurm's view has been read after a stop signal (:attr:`stop_cause`)."""
@@ -233,6 +276,12 @@ class Attempt:
         """The outcome of this attempt, which exited ``code`` (``no_start``: its container did
         not start), given the ``earlier`` attempts; and whether Slurm requeued the job itself
         (the batch shell must not again)."""
+        watchdog = self.watchdog
+        if watchdog is not None and watchdog.declared is not None:  # it hung: ended by _watch
+            if self.on_slurm:
+                return requeue.decide(code, "hang", True, earlier, self.policy.budgets), False
+            why = f"hung: no progress for {watchdog.timeout or 0:.0f} s"
+            return requeue.Outcome(states.FAILED, code, "hang", why), False
         if self.on_slurm:
             cause = "container" if no_start else None
             by_slurm = False

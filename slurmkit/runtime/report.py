@@ -34,7 +34,11 @@ def report(
     """Record metrics: ``metrics.json`` keeps the latest value of each, ``metrics.jsonl`` all.
 
     ``report(loss=0.1, acc=0.9, step=100)``. Outside a trial, prints one JSON line instead.
+    In a trial, it is progress too (:func:`~slurmkit.runtime.progress.heartbeat`).
     """
+    from .progress import heartbeat  # report() is progress for the hang watchdog
+
+    heartbeat()
     values = {**(metrics or {}), **more}
     values = json.loads(json.dumps(values, default=_to_number))
     line = {"time": time.time(), **({"step": step} if step is not None else {}), **values}

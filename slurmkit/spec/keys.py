@@ -52,7 +52,7 @@ LOG_TOKENS = {
     "u": "user",
 }
 DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error")
+CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "hang")
 BUDGETS = dict(DEFAULT_BUDGETS)  # the job contract's: each default is written once, in core
 
 
@@ -343,6 +343,15 @@ KEYS: tuple[Key, ...] = (
         "positive",
         "seconds between the signal and the time limit (shorter than `resources.time`)",
         default=DEFAULT_LEAD,
+    ),
+    Key(
+        "requeue.hang_timeout",
+        "time",
+        "seconds without progress (`report()`, `heartbeat()`, a committed checkpoint) before "
+        "a trial is declared hung, its stacks written and its attempt requeued (cause `hang`): "
+        "an integer is seconds, a string a Slurm time (`10:00`); `0`: off",
+        shown="auto: max(10 × the median interval, 5 min) once a trial has reported 5 times",
+        checked="validate._requeue",
     ),
     Key(
         "requeue.budgets",

@@ -69,6 +69,7 @@ class Requeue:
     signal: str = _D["requeue.signal"]
     lead: int = _D["requeue.lead"]
     budgets: dict[str, int | None] = field(default_factory=lambda: dict(keys.BUDGETS))
+    hang_timeout: int | None = None  # seconds; None: auto, 0: off (runtime.hang)
 
 
 @record

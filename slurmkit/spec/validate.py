@@ -584,4 +584,33 @@ def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
         ):
             raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source, key=where)
         budgets[cause] = count
-    return Requeue(enabled=enabled, signal=sig, lead=lead, budgets=budgets)
+    return Requeue(
+        enabled=enabled,
+        signal=sig,
+        lead=lead,
+        budgets=budgets,
+        hang_timeout=_hang_timeout(raw.get("hang_timeout"), source),
+    )
+
+
+def _hang_timeout(value: Any, source: str) -> int | None:
+    """``requeue.hang_timeout`` in seconds: an integer is seconds, a string a Slurm time
+    (``0`` and ``UNLIMITED``: off); None where not given (auto)."""
+    if value is None:
+        return None
+    hint = f"seconds (an integer) or a Slurm time ({slurmtime.ACCEPTED}); 0 turns it off"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        if value.strip() == "0":
+            return 0
+        try:
+            return slurmtime.parse_seconds(value) or 0
+        except ValueError as exc:
+            raise SpecError(str(exc), file=source, key="requeue.hang_timeout", hint=hint) from None
+    raise SpecError(
+        f"expected seconds or a Slurm time, got {value!r}",
+        file=source,
+        key="requeue.hang_timeout",
+        hint=hint,
+    )
