@@ -559,6 +559,10 @@ def _extra(raw: Mapping[str, Any], source: str) -> dict[str, str | int | bool]:
     return extra
 
 
+# The shortest requeue.hang_timeout: progress is seen to within ~2 s (runtime.progress, hang).
+MIN_HANG_TIMEOUT = 5
+
+
 def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
     if data.get("requeue") is None:
         return Requeue()
@@ -599,15 +603,24 @@ def _hang_timeout(value: Any, source: str) -> int | None:
     if value is None:
         return None
     hint = f"seconds (an integer) or a Slurm time ({slurmtime.ACCEPTED}); 0 turns it off"
+    seconds: int | None = None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
-        if value.strip() == "0":
-            return 0
+        seconds = value
+    elif isinstance(value, str):
         try:
-            return slurmtime.parse_seconds(value) or 0
+            seconds = 0 if value.strip() == "0" else (slurmtime.parse_seconds(value) or 0)
         except ValueError as exc:
             raise SpecError(str(exc), file=source, key="requeue.hang_timeout", hint=hint) from None
+    if seconds is not None and 0 < seconds < MIN_HANG_TIMEOUT:
+        raise SpecError(
+            f"{seconds} s is shorter than the watchdog can tell (progress is written once a "
+            "second, and read once a second)",
+            file=source,
+            key="requeue.hang_timeout",
+            hint=f"0 (off) or at least {MIN_HANG_TIMEOUT} s",
+        )
+    if seconds is not None:
+        return seconds
     raise SpecError(
         f"expected seconds or a Slurm time, got {value!r}",
         file=source,
