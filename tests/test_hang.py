@@ -5,6 +5,7 @@ its stacks on the local backend, a trial that keeps reporting left alone, and `l
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -47,7 +48,7 @@ def test_auto_waits_for_five_reports_then_takes_10_median_intervals_and_5_minute
         assert seconds is None
         assert not hang.hung(None, events, (events[-1] if events else 0) + wait)
         return
-    gaps = sorted(b - a for a, b in zip(events, events[1:]))
+    gaps = sorted(b - a for a, b in itertools.pairwise(events))
     assert seconds is not None and seconds >= hang.AUTO_FLOOR
     assert seconds >= hang.AUTO_FACTOR * gaps[(len(gaps) - 1) // 2]  # the lower median or more
     assert seconds <= max(hang.AUTO_FACTOR * gaps[len(gaps) // 2], hang.AUTO_FLOOR)
@@ -85,7 +86,7 @@ def test_the_watchdog_reads_each_ranks_progress_since_the_attempt_started(tmp_pa
     touch(where / "0", 101.0)
     touch(where / "1", 103.0)
     touch(where / progress.CHECKPOINT, 102.0)
-    touch(where / "0.stacks", 103.0)  # not progress
+    touch(where / "0-77.stacks", 103.0)  # not progress
     assert not dog.check(now=104.0)
     touch(where / "0", 110.0)
     assert not dog.check(now=104.5)  # looks once a second
@@ -123,7 +124,7 @@ def test_the_hang_file_labels_each_ranks_stacks(tmp_path):
     assert "=== rank 1 (node n2, pid 12) ===" in text
     # a third rank left no stacks of its own: its faulthandler block from the output follows
     assert text.endswith("Fatal Python error: Aborted\n  File 'b.py'\n") and "noise" not in text
-    hang.write(str(out), dog, dumps[:1] + [dataclasses.replace(dumps[1], world=2)], "")
+    hang.write(str(out), dog, [*dumps[:1], dataclasses.replace(dumps[1], world=2)], "")
     assert "from the output" not in out.read_text()
 
 
@@ -156,7 +157,7 @@ def test_heartbeat_touches_the_ranks_file_at_most_once_a_second(in_trial, monkey
     clock[0] = 1001.2
     progress.heartbeat()
     assert os.stat(in_trial / "3").st_mtime == 1001.2
-    head = (in_trial / "3.stacks").read_text().split()
+    head = (in_trial / f"3-{os.getpid()}.stacks").read_text().split()
     assert head[-3:-1] == [os.uname().nodename, str(os.getpid())]
 
 
@@ -228,7 +229,9 @@ def trial_run(tmp_path: Path, spec_file, code: str, hang_timeout: int):
 
     script = tmp_path / "t.py"
     script.write_text(code)
-    s = spec_mod.load(str(spec_file(f"command: [{sys.executable}, {script}]\nparams: {{a: [1]}}\n")))
+    s = spec_mod.load(
+        str(spec_file(f"command: [{sys.executable}, {script}]\nparams: {{a: [1]}}\n"))
+    )
     sweep = store.create(plan.make(s, plan.expand(s), os.getcwd()), str(tmp_path / "sweep"))
     run = TrialRun(sweep, 0)
     run.config = dataclasses.replace(
@@ -270,7 +273,9 @@ def test_logs_hang_of_a_trial_that_never_hung_says_so(tmp_path, spec_file):
 
 @pytest.mark.slow
 def test_a_slow_trial_that_keeps_reporting_is_never_killed(tmp_path, spec_file):
-    code = "import time, slurmkit\nfor i in range(8):\n    slurmkit.heartbeat()\n    time.sleep(0.8)\n"
+    code = (
+        "import time, slurmkit\nfor i in range(8):\n    slurmkit.heartbeat()\n    time.sleep(0.8)\n"
+    )
     run = trial_run(tmp_path, spec_file, code, hang_timeout=3)
     run.start()
     assert run.wait() == 0 and run.status["state"] == "COMPLETED"

@@ -21,6 +21,7 @@ never in the trial, and reads what the trial's ranks leave on the shared filesys
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import resource
 import signal
@@ -51,7 +52,7 @@ def limit(setting: float | None, events: Sequence[float]) -> float | None:
         return float(setting) if setting > 0 else None
     if len(events) < AUTO_AFTER:
         return None
-    gaps = [b - a for a, b in zip(events, events[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(events)]
     return max(AUTO_FACTOR * statistics.median(gaps), AUTO_FLOOR)
 
 
@@ -79,6 +80,7 @@ class Watchdog:
         self.declared: float | None = None  # when the hang was declared
         self.timeout: float | None = None
         self._next = 0.0
+        progress.forget(self.dir, start)
 
     def look(self) -> None:
         """Read the progress files; a newer last progress is one more event."""
@@ -180,9 +182,7 @@ def collect(watchdog: Watchdog, wait: float = DUMP_WAIT) -> list[progress.Dump]:
         time.sleep(0.1)
 
 
-def write(
-    path: str, watchdog: Watchdog, found: Sequence[progress.Dump], output: str = ""
-) -> None:
+def write(path: str, watchdog: Watchdog, found: Sequence[progress.Dump], output: str = "") -> None:
     """The hang file: why, then each rank's stacks labelled, then the faulthandler blocks of
     ``output`` (what the step printed after the hang) when some rank left no stacks."""
     seen = watchdog.seen

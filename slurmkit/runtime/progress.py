@@ -5,8 +5,8 @@ Trial side (every rank, any node): :func:`heartbeat` (``slurmkit.heartbeat()``, 
 mtime is the rank's last progress. A committed checkpoint touches ``progress/checkpoint``
 (:func:`checkpointed`). :func:`arm` (the first heartbeat, or ``import slurmkit`` in a trial)
 registers a stack dump (``faulthandler`` on :data:`DUMP_SIGNAL`, ignored by default: a process
-that never registered ignores it too) into ``progress/RANK.stacks``, whose first line names the
-rank's node and pid: the watchdog's way to read every rank's Python stacks, labelled by rank, on
+that never registered ignores it too) into ``progress/RANK-PID.stacks``, whose first line names
+the process's node: the watchdog's way to read every rank's Python stacks, labelled by rank, on
 every node and under any launcher (torchrun's workers too).
 
 Host side: :func:`read` and :func:`dumps` gather it for the supervisor (:mod:`.hang`).
@@ -16,6 +16,7 @@ Outside a trial (no ``SLURMKIT_TRIAL_DIR``) it all does nothing. Stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -45,7 +46,7 @@ def rank(env: Mapping[str, str] = os.environ) -> str:
 
 def arm() -> None:
     """Register this process's stack dump (once): :data:`DUMP_SIGNAL` writes every thread's
-    Python stack to ``progress/RANK.stacks``, whose first line names the rank's node, pid and
+    Python stack to ``progress/RANK-PID.stacks``, whose first line names the rank's node, pid and
     world size. Outside a trial, or where the file cannot be made, nothing."""
     global _stacks
     directory = trial_dir()
@@ -54,7 +55,8 @@ def arm() -> None:
     try:
         where = os.path.join(directory, DIRNAME)
         os.makedirs(where, exist_ok=True)
-        fh = open(os.path.join(where, rank() + STACKS), "w", encoding="utf-8")  # noqa: SIM115
+        name = f"{rank()}-{os.getpid()}{STACKS}"  # a process of its own: a spawned one too
+        fh = open(os.path.join(where, name), "w", encoding="utf-8")  # noqa: SIM115
     except OSError:
         return
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
@@ -176,7 +178,19 @@ def dumps(directory: str, since: float) -> list[Dump]:
             if not head.startswith(HEADER):
                 continue
             node, pid, world = head.split()[-3:]
-            out.append(Dump(entry.name.removesuffix(STACKS), node, int(pid), int(world), text))
+            rank_name = entry.name.partition("-")[0]
+            out.append(Dump(rank_name, node, int(pid), int(world), text))
         except (OSError, ValueError):
             continue
-    return sorted(out, key=lambda d: int(d.rank) if d.rank.isdigit() else -1)
+    return sorted(out, key=lambda d: (int(d.rank) if d.rank.isdigit() else -1, d.pid))
+
+
+def forget(directory: str, before: float) -> None:
+    """Remove the stack dump files of processes armed before ``before`` (earlier attempts':
+    what a hang of theirs showed is in its hang file)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            if entry.name.endswith(STACKS):
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < before:
+                        os.remove(entry.path)
