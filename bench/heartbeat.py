@@ -10,8 +10,8 @@ and the touch itself (the one call a second that writes), alone. Target: <= 50 u
 ``--cluster``: two one-node trials that report 5 times and then stop, submitted together:
 ``requeue: {hang_timeout: T}`` (T = ``--timeout``, default 20) against no watchdog
 (``hang_timeout: 0``) with a ``--limit`` minute time limit (default 3). Each one's cost is the
-time its allocation was held after its last progress: sacct's End of the job minus the
-attempt's ``last_progress``. Target: the watchdog's <= T + 30 s, against the time limit's.
+time its allocation was held after its last progress: sacct's End of the job minus the last
+progress (its rank file's mtime: a trial killed at its time limit records no end of its own). Target: the watchdog's <= T + 30 s, against the time limit's.
 """
 
 from __future__ import annotations
@@ -118,11 +118,14 @@ def cluster(timeout: int, limit: int) -> None:
                 continue
             status = next((root / "trials").glob("*/status.json"), None)
             record = json.loads(status.read_text()) if status else {}
-            attempt = (record.get("attempts") or [{}])[0]
-            job = attempt.get("job_id")
-            end = _end(job) if job and record.get("state") != "RUNNING" else None
-            if end is not None and "last_progress" in attempt:
-                results[name] = (end - attempt["last_progress"], record.get("cause") or "")
+            job = (record.get("attempts") or [{}])[0].get("job_id")
+            end = _end(job) if job else None
+            # the last progress: the rank files' mtimes (a trial killed at its time limit
+            # records no end of its own)
+            files = [p for p in root.glob("trials/*/progress/*") if p.name.isdigit()]
+            last = max((p.stat().st_mtime for p in files), default=None)
+            if end is not None and last is not None:
+                results[name] = (end - last, record.get("cause") or record.get("state", ""))
     print(f"{'':34} {'held after the last progress (s)':>34} cause")
     for name, (held, cause) in results.items():
         print(f"{name:34} {held:34.1f} {cause}")

@@ -57,3 +57,29 @@ requeue: {{hang_timeout: {TIMEOUT}}}
     assert all(r["attempt"] == "2" and r["first"] == 3 for r in ranks), ranks  # resumed
     shown = run_cli("logs", str(root), "0", "--hang")
     assert shown.returncode == 0 and "=== rank 1 " in shown.stdout, shown.stderr
+
+
+def test_torchruns_workers_dump_their_stacks_too(slurm_cluster, tmp_path):
+    """torchrun's workers start sessions of their own: the step's signal does not reach them
+    where Slurm tracks a step by process group (the test cluster); the watchdog signals each by
+    its pid, on its node. Outside the requeue policy, the hung trial ends FAILED (cause hang)."""
+    result = slurm_submit(
+        tmp_path,
+        f"""
+name: hung-torchrun
+command: [python, {PAYLOAD}]
+launcher: torchrun
+resources: {{nodes: 2, tasks_per_node: 1, time: "0:05:00"}}
+env: {{GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}}
+requeue: {{enabled: false, hang_timeout: {TIMEOUT}}}
+""",
+        command="submit",
+    )
+    root = Path(result["sweep_dir"])
+    final = wait_sweep(str(root), timeout=180)
+    tdir = root / "trials" / final["trials"][0]["id"]
+    status = json.loads((tdir / "status.json").read_text())
+    assert (status["state"], status["cause"]) == ("FAILED", "hang"), status
+    text = (tdir / "hang-1.txt").read_text()
+    assert "all_reduce" in text.split("=== rank 0 ")[1].split("=== rank 1 ")[0], text
+    assert "stuck_forever" in text.split("=== rank 1 ")[1], text

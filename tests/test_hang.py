@@ -185,7 +185,8 @@ def test_outside_a_trial_heartbeat_does_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_rank_that_armed_dumps_its_stacks_when_signalled(tmp_path):
+@pytest.mark.parametrize("how", ["its step", "its pid on its node"])
+def test_a_rank_that_armed_dumps_its_stacks_when_signalled(tmp_path, how):
     code = (
         "import sys, time, slurmkit\n"
         "def waiting_here():\n"
@@ -196,7 +197,18 @@ def test_a_rank_that_armed_dumps_its_stacks_when_signalled(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        hang.signal_step(progress.DUMP_SIGNAL, proc.pid, None, group=False)
+        if how == "its step":
+            hang.signal_step(progress.DUMP_SIGNAL, proc.pid, None, group=False)
+        else:  # what each node runs for the processes a step's signal did not reach
+            where = tmp_path / progress.DIRNAME
+            deadline = time.monotonic() + 10
+            while not progress.dumps(str(where), 0):  # armed at import, before "ready"
+                assert time.monotonic() < deadline
+            env_node = {"SLURMD_NODENAME": progress.dumps(str(where), 0)[0].node}
+            with pytest.MonkeyPatch.context() as mp:
+                for k, v in env_node.items():
+                    mp.setenv(k, v)
+                assert hang.main([str(int(progress.DUMP_SIGNAL)), str(where), "0"]) == 0
         deadline = time.monotonic() + 10
         while not (found := progress.dumps(str(tmp_path / progress.DIRNAME), 0)[0].text):
             assert time.monotonic() < deadline

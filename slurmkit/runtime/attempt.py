@@ -230,18 +230,24 @@ class Attempt:
         hang file and end it (the outcome's cause is then ``hang``)."""
         if self.watchdog is None or self.proc is None or not self.watchdog.check():
             return
-        proc, group = self.proc, self.own_group
+        proc, group, job, where = self.proc, self.own_group, self.step_job, self.watchdog.dir
 
         def send(signum: int) -> None:
-            hang.signal_step(signum, proc.pid, self.step_job, group)
+            hang.signal_step(signum, proc.pid, job, group)
+
+        def armed(signum: int) -> None:  # the processes that dumped, by pid
+            hang.signal_armed(signum, found, node(), job, where, dumped=True)
 
         def kill() -> None:
             hang.signal_step(signal.SIGKILL, proc.pid, None, group)
 
-        hang.signal_step(hang.progress.DUMP_SIGNAL, proc.pid, self.step_job, group)
+        send(hang.progress.DUMP_SIGNAL)
         found = hang.collect(self.watchdog)
+        if any(not d.text.strip() for d in found):  # the step's signal did not reach them
+            hang.signal_armed(hang.progress.DUMP_SIGNAL, found, node(), job, where)
+            found = hang.collect(self.watchdog)
         mark = self.output_mark()
-        hang.end(proc, send, kill)
+        hang.end(proc, send, armed, kill)
         if self.hang_file:
             hang.write(self.hang_file, self.watchdog, found, self.output_since(mark))
 

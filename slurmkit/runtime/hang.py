@@ -12,7 +12,8 @@ never in the trial, and reads what the trial's ranks leave on the shared filesys
 - **The stacks**: every rank armed by :func:`~slurmkit.runtime.progress.arm` dumps its Python
   stacks into its own file when :data:`~slurmkit.runtime.progress.DUMP_SIGNAL` comes
   (``scancel --signal`` reaches every task of a job's steps on every node; a step that is no
-  ``srun`` gets it through its process tree); then ``SIGABRT`` ends the step (the trial runs with
+  ``srun`` gets it through its process tree; an armed process it did not reach, by its pid:
+  :func:`signal_armed`); then ``SIGABRT`` ends the step (the trial runs with
   ``PYTHONFAULTHANDLER=1``: a rank that never armed prints its stacks to the output as it
   aborts), ``SIGKILL`` what is left. ``trials/ID/hang-ATTEMPT.txt`` gets each rank's stacks,
   labelled, and the faulthandler blocks of the output when some rank left none.
@@ -27,6 +28,7 @@ import resource
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,8 +40,9 @@ AUTO_FACTOR = 10  # the default timeout: this many median intervals ...
 AUTO_FLOOR = 300.0  # ... and at least this many seconds
 EVERY = 1.0  # seconds between two looks at the progress files
 KEEP = 101  # progress events kept for the median
-DUMP_WAIT = 5.0  # seconds the ranks get to write their stacks
-END_WAIT = 10.0  # seconds the step gets to die of SIGABRT before SIGKILL
+DUMP_WAIT = 3.0  # seconds the ranks get to write their stacks (twice: see Attempt._watch)
+STEP_WAIT = 3.0  # seconds the step gets to die of SIGABRT sent to it ...
+END_WAIT = 10.0  # ... and then sent to its armed processes, before SIGKILL
 FAULT = "Fatal Python error"  # how faulthandler's blocks begin in the output
 
 
@@ -172,6 +175,52 @@ def signal_step(signum: int, pid: int, job_id: str | None, group: bool) -> None:
             os.kill(each, signum)
 
 
+def signal_armed(
+    signum: int,
+    dumps: Sequence[progress.Dump],
+    here: str,
+    job_id: str | None,
+    where: str,
+    dumped: bool = False,
+) -> None:
+    """Send ``signum`` by pid to the armed processes of ``dumps``: those that wrote no dump yet
+    (``dumped``: those that did), on this node (``here``) directly, on other nodes through one
+    overlapping ``srun`` step of job ``job_id`` there (:func:`main`, reading the dumps under
+    ``where``). These are the ranks the step's signals do not reach: torchrun's workers start
+    sessions of their own, and a cluster that tracks a step's processes by process group
+    signals only that group."""
+    picked = [d for d in dumps if bool(d.text.strip()) == dumped]
+    for dump in picked:
+        if dump.node == here:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(dump.pid, signum)
+    others = sorted({d.node for d in picked if d.node != here})
+    if not (others and job_id):
+        return
+    count = str(len(others))
+    step = ["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={','.join(others)}"]
+    step += [f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1", "--quiet"]
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            [*step, sys.executable, "-m", __name__, str(int(signum)), where, str(int(dumped))],
+            capture_output=True,
+            timeout=30,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m slurmkit.runtime.hang SIGNUM DIR DUMPED``, on one node of the job: send
+    SIGNUM to the processes of this node whose dump under DIR is still empty (DUMPED 0) or
+    written (1)."""
+    signum, where, dumped = (argv if argv is not None else sys.argv[1:])[:3]
+    here = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    for dump in progress.dumps(where, 0):
+        if dump.node == here and bool(dump.text.strip()) == (dumped == "1"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(dump.pid, int(signum))
+    return 0
+
+
 def collect(watchdog: Watchdog, wait: float = DUMP_WAIT) -> list[progress.Dump]:
     """The ranks' stack dumps, once every armed rank wrote one (or ``wait`` s passed)."""
     end = time.time() + wait
@@ -217,16 +266,27 @@ def faults(output: str) -> list[str]:
 def end(
     proc: subprocess.Popen[bytes],
     send: Callable[[int], None],
+    armed: Callable[[int], None],
     kill: Callable[[], None],
-    wait: float = END_WAIT,
 ) -> None:
-    """End a hung step: ``send(SIGABRT)`` (stacks to the output, no core), then ``kill()``
-    when it has not exited within ``wait`` s."""
+    """End a hung step: ``send(SIGABRT)`` to it (stacks to the output, no core); when it has
+    not exited within :data:`STEP_WAIT` s, ``armed(SIGABRT)`` to the processes that dumped
+    (ranks the step's signal did not reach keep it from ending: its output stays open); then
+    ``kill()`` when it has not exited within :data:`END_WAIT` s."""
     send(signal.SIGABRT)
+    if _exited(proc, STEP_WAIT):
+        return
+    armed(signal.SIGABRT)
+    if not _exited(proc, END_WAIT):
+        kill()
+
+
+def _exited(proc: subprocess.Popen[bytes], wait: float) -> bool:
     try:
         proc.wait(timeout=wait)
+        return True
     except subprocess.TimeoutExpired:
-        kill()
+        return False
 
 
 def no_cores() -> None:
@@ -241,3 +301,7 @@ def _when(at: float | None) -> str:
     if at is None:
         return "?"
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at)) + f".{int(at % 1 * 10)}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -80,8 +80,10 @@ def step(
     the batch shell's, with the spec's ``env``, ``env_runtime`` and the contract's variables)."""
     argv = list(cfg.command) + param_args(dict(row["params"]), cfg.args)
     local = f"local-{os.getpid()}-{row['index']}"
+    # a hung rank prints its stacks as the watchdog aborts it (runtime.hang)
+    watched = {"PYTHONFAULTHANDLER": "1"} if cfg.requeue.hang_timeout != 0 else {}
     env = {
-        **{k: v for k, v in cfg.env_default.items() if k not in base},  # the job's own wins
+        **{k: v for k, v in {**watched, **cfg.env_default}.items() if k not in base},  # job's wins
         **base,
         **cfg.env,
         **runtime_env(cfg.env_runtime, trial_dir, local, str(row["index"]), base),
@@ -222,7 +224,7 @@ class TrialRun(Attempt):
             return
         self._record(states.RUNNING, None)
         argv, env = self._command()
-        self._watchdog(env)
+        self._watchdog()
         self._containers(argv)
         with open(self.sweep.output(self.id), "ab") as log, self._stderr() as err:
             out = err or log
@@ -250,9 +252,9 @@ class TrialRun(Attempt):
             signal=self.policy.signal,
         )
 
-    def _watchdog(self, env: dict[str, str]) -> None:
-        """Watch this attempt's progress unless ``requeue.hang_timeout`` is 0; its ranks print
-        their stacks when they abort (``PYTHONFAULTHANDLER``, unless the spec sets it)."""
+    def _watchdog(self) -> None:
+        """Watch this attempt's progress unless ``requeue.hang_timeout`` is 0 (its ranks print
+        their stacks when they abort: :func:`step` sets ``PYTHONFAULTHANDLER``)."""
         setting = self.policy.hang_timeout
         if setting == 0:
             return
@@ -261,7 +263,6 @@ class TrialRun(Attempt):
         self.hang_file = os.path.join(self.dir, f"hang-{attempt['n']}.txt")
         if self.config.launch.get("step") and not self.own_group:
             self.step_job = os.environ.get("SLURM_JOB_ID") or None
-        env.setdefault("PYTHONFAULTHANDLER", "1")
 
     def output_mark(self) -> int:
         try:
