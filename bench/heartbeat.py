@@ -11,7 +11,8 @@ and the touch itself (the one call a second that writes), alone. Target: <= 50 u
 ``requeue: {hang_timeout: T}`` (T = ``--timeout``, default 20) against no watchdog
 (``hang_timeout: 0``) with a ``--limit`` minute time limit (default 3). Each one's cost is the
 time its allocation was held after its last progress: sacct's End of the job minus the last
-progress (its rank file's mtime: a trial killed at its time limit records no end of its own). Target: the watchdog's <= T + 30 s, against the time limit's.
+progress (its rank file's mtime: a trial killed at its time limit records no end of its own).
+Target: the watchdog's <= T + 30 s, against the time limit's.
 """
 
 from __future__ import annotations
