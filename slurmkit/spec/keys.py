@@ -349,7 +349,8 @@ KEYS: tuple[Key, ...] = (
         "time",
         "seconds without progress (`report()`, `heartbeat()`, a committed checkpoint) before "
         "a trial is declared hung, its stacks written and its attempt requeued (cause `hang`): "
-        "an integer is seconds, a string a Slurm time (`10:00`); `0`: off",
+        "an integer is seconds, a string a Slurm time (`'10:00'`; `'20'` is 20 minutes, as in "
+        "`resources.time`); `0`: off; at least 5 s",
         shown="auto: max(10 × the median interval, 5 min) once a trial has reported 5 times",
         checked="validate._requeue",
     ),
