@@ -267,7 +267,8 @@ class Attempt:
         mark = self.output_mark()
         hang.end(proc, send, armed, kill)
         if self.hang_file:
-            hang.write(self.hang_file, self.watchdog, found, self.output_since(mark))
+            with contextlib.suppress(OSError):  # a full disk must not lose the attempt's end
+                hang.write(self.hang_file, self.watchdog, found, self.output_since(mark))
 
     def output_mark(self) -> int:
         """Where the step's output ends now (:meth:`output_since` reads from there)."""
