@@ -142,7 +142,7 @@ def in_trial(tmp_path, monkeypatch):
     if progress._stacks is not None:
         import faulthandler
 
-        faulthandler.unregister(progress.DUMP_SIGNAL)
+        faulthandler.unregister(progress.dump_signal(os.environ.get("SLURMKIT_REQUEUE_SIGNAL")))
         progress._stacks.close()
 
 
@@ -171,6 +171,11 @@ def test_report_and_a_committed_checkpoint_are_progress(in_trial):
     seen = progress.read(str(in_trial), start)
     assert set(seen.ranks) == {"3"} and seen.checkpoint is not None
     assert seen.last == max(seen.checkpoint, seen.ranks["3"])
+
+
+def test_the_dump_signal_leaves_a_requeue_signal_of_urg_alone():
+    assert progress.dump_signal("USR2") == progress.dump_signal(None) == signal.SIGURG
+    assert progress.dump_signal("URG") == signal.SIGWINCH  # both ignored by default
 
 
 def test_outside_a_trial_heartbeat_does_nothing(tmp_path, monkeypatch):

@@ -259,10 +259,11 @@ class Attempt:
         def kill() -> None:
             hang.signal_step(signal.SIGKILL, proc.pid, None, group)
 
-        send(hang.progress.DUMP_SIGNAL)
+        dump = hang.progress.dump_signal(self.policy.signal)
+        send(dump)
         found = hang.collect(self.watchdog)
         if any(not d.text.strip() for d in found):  # the step's signal did not reach them
-            hang.signal_armed(hang.progress.DUMP_SIGNAL, found, node(), job, where)
+            hang.signal_armed(dump, found, node(), job, where)
             found = hang.collect(self.watchdog)
         mark = self.output_mark()
         hang.end(proc, send, armed, kill)

@@ -10,7 +10,7 @@ never in the trial, and reads what the trial's ranks leave on the shared filesys
   larger of :data:`AUTO_FACTOR` x their median interval and :data:`AUTO_FLOOR`; 0 is off. An
   attempt that never made progress is never hung.
 - **The stacks**: every rank armed by :func:`~slurmkit.runtime.progress.arm` dumps its Python
-  stacks into its own file when :data:`~slurmkit.runtime.progress.DUMP_SIGNAL` comes
+  stacks into its own file when :func:`~slurmkit.runtime.progress.dump_signal` comes
   (``scancel --signal`` reaches every task of a job's steps on every node; a step that is no
   ``srun`` gets it through its process tree; an armed process it did not reach, by its pid:
   :func:`signal_armed`); then ``SIGABRT`` ends the step (the trial runs with

@@ -4,10 +4,10 @@ Trial side (every rank, any node): :func:`heartbeat` (``slurmkit.heartbeat()``, 
 ``report()``) touches ``TRIAL_DIR/progress/RANK`` at most once a second per process: the file's
 mtime is the rank's last progress. A committed checkpoint touches ``progress/checkpoint``
 (:func:`checkpointed`). :func:`arm` (the first heartbeat, or ``import slurmkit`` in a trial)
-registers a stack dump (``faulthandler`` on :data:`DUMP_SIGNAL`, ignored by default: a process
-that never registered ignores it too) into ``progress/RANK-PID.stacks``, whose first line names
-the process's node: the watchdog's way to read every rank's Python stacks, labelled by rank, on
-every node and under any launcher (torchrun's workers too).
+registers a stack dump (``faulthandler`` on :func:`dump_signal`, ignored by default: a
+process that never registered ignores it too) into ``progress/RANK-PID.stacks``, whose first
+line names the process's node: the watchdog's way to read every rank's Python stacks, labelled
+by rank, on every node and under any launcher (torchrun's workers too).
 
 Host side: :func:`read` and :func:`dumps` gather it for the supervisor (:mod:`.hang`).
 
@@ -25,13 +25,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
+from ..core.contract import ENV_SIGNAL
 from .report import trial_dir
 
 DIRNAME = "progress"
 CHECKPOINT = "checkpoint"
 STACKS = ".stacks"
 HEADER = "# slurmkit stacks:"  # the first line of a dump file: node, pid, world size
-DUMP_SIGNAL = signal.SIGURG  # default action: ignore (harmless where nothing registered it)
+# The stack dump's signal: ignored by default (harmless where nothing registered it); WINCH
+# where the trial's requeue signal is URG (its handler would take URG over).
+DUMP_SIGNAL = signal.SIGURG
+DUMP_SIGNAL_ELSE = signal.SIGWINCH
+
+
+def dump_signal(requeue_signal: str | None) -> signal.Signals:
+    """The stack dump's signal for a trial whose requeue signal is ``requeue_signal`` (a name
+    without SIG, as ``SLURMKIT_REQUEUE_SIGNAL`` has it)."""
+    return DUMP_SIGNAL_ELSE if requeue_signal == DUMP_SIGNAL.name[3:] else DUMP_SIGNAL
+
+
 EVERY = 1.0  # seconds between two touches of one process's rank file
 
 _next = 0.0  # when this process touches its rank file next
@@ -45,7 +57,7 @@ def rank(env: Mapping[str, str] = os.environ) -> str:
 
 
 def arm() -> None:
-    """Register this process's stack dump (once): :data:`DUMP_SIGNAL` writes every thread's
+    """Register this process's stack dump (once): :func:`dump_signal` writes every thread's
     Python stack to ``progress/RANK-PID.stacks``, whose first line names the rank's node, pid and
     world size. Outside a trial, or where the file cannot be made, nothing."""
     global _stacks
@@ -63,7 +75,8 @@ def arm() -> None:
     world = os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or "1"
     fh.write(f"{HEADER} {node} {os.getpid()} {world}\n")
     fh.flush()
-    faulthandler.register(DUMP_SIGNAL, file=fh, all_threads=True, chain=False)
+    signum = dump_signal(os.environ.get(ENV_SIGNAL))
+    faulthandler.register(signum, file=fh, all_threads=True, chain=False)
     _stacks = fh  # kept open: faulthandler writes to its descriptor
 
 
