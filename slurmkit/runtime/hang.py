@@ -82,6 +82,7 @@ class Watchdog:
         self.seen = progress.Progress()
         self.declared: float | None = None  # when the hang was declared
         self.timeout: float | None = None
+        self.nodes: dict[str, str] = {}  # each rank's node, from its stack dump
         self._next = 0.0
         progress.forget(self.dir, start)
 
@@ -124,6 +125,7 @@ class Watchdog:
                 "timeout": self.timeout,
                 "file": hang_file,
                 "ranks": dict(sorted(self.seen.ranks.items(), key=lambda kv: int(kv[0]))),
+                **({"nodes": dict(sorted(self.nodes.items()))} if self.nodes else {}),
             }
         return out
 
@@ -222,11 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def collect(watchdog: Watchdog, wait: float = DUMP_WAIT) -> list[progress.Dump]:
-    """The ranks' stack dumps, once every armed rank wrote one (or ``wait`` s passed)."""
+    """The ranks' stack dumps, once every armed rank wrote one (or ``wait`` s passed); each
+    rank's node noted in ``watchdog.nodes``."""
     end = time.time() + wait
     while True:
         found = progress.dumps(watchdog.dir, watchdog.start)
         if all(d.text.strip() for d in found) or time.time() >= end:
+            watchdog.nodes.update({d.rank: d.node for d in found})
             return found
         time.sleep(0.1)
 
