@@ -24,7 +24,8 @@ demo: install
 	$(VENV)/bin/slurmkit sweep sweeps/quickstart.yaml --wait
 	$(VENV)/bin/slurmkit results $$(ls -dt runs/quickstart-* | head -n 1) --sort loss
 
-# Linters: ruff (lint + format), mypy on slurmkit/, shellcheck (Debian's) on the scripts under sbatch/.
+# Linters: ruff (lint + format), mypy on slurmkit/, shellcheck (Debian's) on the scripts under
+# sbatch/ and the test set-up's (tests/s3, tests/cluster, tests/suite.sh, .ci/run).
 lint: install
 	@command -v shellcheck >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -q --no-install-recommends shellcheck; } >/tmp/slurmkit-apt.log 2>&1 || \
@@ -34,7 +35,7 @@ lint: install
 	$(VENV)/bin/mypy
 	shellcheck -s bash sbatch/*.sbatch
 	shellcheck -s sh slurmkit/runtime/selfcheck.sh
-	shellcheck -x tests/s3/up.sh tests/s3/down.sh tests/suite.sh
+	shellcheck -x tests/s3/up.sh tests/s3/down.sh tests/suite.sh tests/cluster/up.sh tests/cluster/down.sh .ci/run
 
 # Linters, then unit tests + integration tests on a real 4-node Slurm cluster and an S3 server
 # (moto's, on 127.0.0.1: SLURMKIT_TEST_S3_URL, its request log SLURMKIT_TEST_S3_LOG), both started
@@ -86,6 +87,7 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/checkpoint.py
 	$(PY) bench/checkpoint.py --loop
+	$(PY) bench/asha_decision.py
 
 # Regenerate README.md's spec key reference from the table (slurmkit/spec/keys.py).
 readme-keys: install

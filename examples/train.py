@@ -14,7 +14,9 @@ import torch
 
 import slurmkit
 
-DEFAULTS = {"lr": 0.05, "hidden": 64, "epochs": 30, "batch_size": 128, "seed": 0}
+# eval_every: report the test loss as val_loss every that many epochs (0: only at the end),
+# what a sweep's search (early stopping) judges trials by
+DEFAULTS = {"lr": 0.05, "hidden": 64, "epochs": 30, "batch_size": 128, "seed": 0, "eval_every": 0}
 
 
 def parse(argv: list[str]) -> dict:
@@ -44,6 +46,7 @@ def main() -> None:
     loss_fn = torch.nn.CrossEntropyLoss()
     start = time.time()
     bs = int(cfg["batch_size"])
+    every = int(cfg["eval_every"])
     for epoch in range(int(cfg["epochs"])):
         perm = torch.randperm(len(train_x))
         for i in range(0, len(train_x), bs):
@@ -52,8 +55,12 @@ def main() -> None:
             loss = loss_fn(model(train_x[idx]), train_y[idx])
             loss.backward()
             optim.step()
-        if epoch % 10 == 9:
-            slurmkit.report(train_loss=loss.item(), step=epoch + 1)
+        metrics = {"train_loss": loss.item()} if epoch % 10 == 9 else {}
+        if every and (epoch + 1) % every == 0:
+            with torch.no_grad():
+                metrics["val_loss"] = loss_fn(model(test_x), test_y).item()
+        if metrics:  # under a search, raises slurmkit.Pruned at a rung this trial loses
+            slurmkit.report(step=epoch + 1, **metrics)
     with torch.no_grad():
         logits = model(test_x)
         test_loss = loss_fn(logits, test_y).item()

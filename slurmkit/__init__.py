@@ -16,6 +16,7 @@ _LAZY = {
     "report": ("slurmkit.runtime.report", "report"),
     "params": ("slurmkit.runtime.report", "params"),
     "heartbeat": ("slurmkit.runtime.progress", "heartbeat"),
+    "Pruned": ("slurmkit.runtime.report", "Pruned"),
     "load": ("slurmkit.spec", "load"),
     "submit": ("slurmkit.sweep", "submit"),
     "resume": ("slurmkit.sweep", "resume"),

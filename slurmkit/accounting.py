@@ -1,9 +1,10 @@
 """Slurm accounting for ``slurmkit report``: ONE ``sacct --parsable2`` query, its rows parsed.
 
 ``sacct --json`` is not used: in 22.05 it reports exit code 0 for every job. ``--duplicates``
-keeps every attempt of a requeued job (one row each, its own submit, start and end), and
-``--allocations`` leaves out the job steps. ``Comment`` comes last, so a ``|`` inside one
-cannot shift the other fields. Parsing is a pure function of sacct's text (:func:`parse`).
+keeps every attempt of a requeued job (one row each, its own submit, start and end, and
+``Eligible``: when its requeue hold ended), and ``--allocations`` leaves out the job steps.
+``Comment`` comes last, so a ``|`` inside one cannot shift the other fields. Parsing is a pure
+function of sacct's text (:func:`parse`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ FIELDS = (
     "State",
     "ExitCode",
     "Submit",
+    "Eligible",
     "Start",
     "End",
     "Partition",
@@ -55,6 +57,7 @@ class Row(NamedTuple):
     gpus: int  # allocated GPUs (gres/gpu of AllocTRES), all nodes together
     cpus: int  # allocated CPUs
     comment: str
+    eligible: float | None = None  # when it could start (a requeued job's: the hold's end)
 
     @property
     def ref(self) -> str:
@@ -134,7 +137,10 @@ def parse(text: str) -> list[Row]:
         parts = line.split("|", width - 1)
         if len(parts) != width:
             continue
-        jobid, raw, state, code, submit, start, end, part, account, user, tres, comment = parts
+        jobid, raw, state, code, submit, eligible, start, end, part, account, user, tres = parts[
+            :-1
+        ]
+        comment = parts[-1]
         match = _JOB.match(jobid)
         if match is None:
             continue
@@ -156,6 +162,7 @@ def parse(text: str) -> list[Row]:
             gpus,
             cpus,
             comment,
+            _time(eligible, times),
         )  # positional: a NamedTuple built by keywords costs twice as much
         task = match[2]
         if task is None:

@@ -251,6 +251,11 @@ def main() -> None:
     help="Submit again the trials of DIR that did not complete (ARGS are overrides).",
 )
 @click.option(
+    "--unprune",
+    is_flag=True,
+    help="With --resume: also run the trials the search pruned, to max_resource (judged no more).",
+)
+@click.option(
     "--backend",
     type=BACKEND,
     default="auto",
@@ -272,6 +277,7 @@ def main() -> None:
 def sweep(
     args: tuple[str, ...],
     resume_dir: str | None,
+    unprune: bool,
     backend: str,
     sweep_dir: str | None,
     dry_run: bool,
@@ -294,11 +300,14 @@ def sweep(
       slurmkit sweep sweeps/lr.yaml --list          # the trials, with index and parameters
       slurmkit sweep sweeps/lr.yaml --wait          # progress bar until every trial ends
       slurmkit sweep --resume runs/lr-20261130-101500 resources.time=4:00:00
+      slurmkit sweep --resume runs/asha-20261130-101500 --unprune   # pruned trials to the end
     """
     from . import sweep as lib  # sweep: the backends, render and store (~15 ms)
 
     if resume_dir is None and not args:
         raise click.UsageError("give a SPEC file, or --resume DIR")
+    if unprune and resume_dir is None:
+        raise click.UsageError("--unprune goes with --resume DIR")
     if list_trials:
         if resume_dir:
             raise click.UsageError("--list goes with a SPEC (for a sweep: slurmkit status DIR)")
@@ -320,6 +329,7 @@ def sweep(
             dry_run=dry_run,
             on_done=reporter.trial_done,
             on_target=reporter.start,
+            unprune=unprune,
         )
     else:
         from .spec import load  # spec: PyYAML and the override parser (~15 ms)
@@ -336,17 +346,23 @@ def sweep(
     reporter.stop()
     _outcome(result, as_json)
     if wait and not result.ran_here and result.indices and not dry_run:
-        from .sweepstate import collect  # status: the backends' queries
-        from .sweepstate import wait as until_done
+        _follow(result.sweep_dir, as_json)
 
-        if as_json:
-            final = until_done(lambda: collect(result.sweep_dir, with_metrics=False))
-        else:
-            from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 
-            final = ui.follow(lambda: collect(result.sweep_dir, with_metrics=False))
-            ui.print_summary(final)
-        sys.exit(0 if final.ok else 1)
+def _follow(root: str, as_json: bool) -> NoReturn:
+    """``sweep --wait``: follow the sweep until every trial has ended; exit 0 when each
+    COMPLETED or was PRUNED, else 1."""
+    from .sweepstate import collect  # status: the backends' queries
+    from .sweepstate import wait as until_done
+
+    if as_json:
+        final = until_done(lambda: collect(root, with_metrics=False))
+    else:
+        from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
+
+        final = ui.follow(lambda: collect(root, with_metrics=False))
+        ui.print_summary(final)
+    sys.exit(0 if final.ok else 1)
 
 
 def _list_trials(args: tuple[str, ...], as_json: bool) -> None:

@@ -14,13 +14,16 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .core import fsutil
+from .core import badnodes, fsutil
 
 OK, WARN, FAIL = "ok", "warn", "fail"
+# How far back doctor looks for the nodes your sweeps blamed (seconds).
+SUSPECTS_SINCE = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Facts:
     profile: str | None = None
     nodes: dict[str, Any] | None = None  # what the tiny job saw (with --nodes)
     conf_missing: str | None = None  # SLURM_CONF names a file that is not there
+    suspects: list[dict[str, Any]] = field(default_factory=list)  # nodes your sweeps blamed
 
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo", "srun")
@@ -132,6 +136,7 @@ def _local_facts(facts: Facts) -> None:
     from .spec.layers import user_config, user_config_path
 
     facts.output_writable = _writable(facts.output_root)
+    facts.suspects = badnodes.recent(facts.output_root, time.time() - SUSPECTS_SINCE)
     facts.user_config = user_config_path()
     try:
         data, _ = user_config()
@@ -471,7 +476,29 @@ def _local_checks(f: Facts) -> list[Check]:
                 + (f"; profile {f.profile}" if f.profile else ""),
             )
         )
-    return out
+    return out + _suspects(f.suspects)
+
+
+def _suspects(rows: Sequence[dict[str, Any]]) -> list[Check]:
+    """The nodes your recent sweeps blamed for failures (none: no line)."""
+    if not rows:
+        return []
+    shown = "; ".join(
+        f"{r['node']}: {r['failures']} failure(s) in {len(r['sweeps'])} sweep(s)"
+        + (f", excluded in {r['excluded_in']}" if r["excluded_in"] else "")
+        + f" ({r.get('evidence', '')[:80]})"
+        for r in rows[:5]
+    )
+    more = f"; and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return [
+        Check(
+            "suspect nodes",
+            WARN,
+            f"your sweeps of the last 7 days blamed {shown}{more}",
+            "tell your admins (the evidence is in each sweep's `slurmkit status`); your sweeps "
+            "avoid a node once it is excluded",
+        )
+    ]
 
 
 def run(output_root: str = "runs", nodes: int = 0, partition: str | None = None) -> list[Check]:

@@ -143,12 +143,15 @@ class Sweep:
         self._root = submission.sweep_dir
         return self
 
-    def resume(self, overrides: Sequence[str] = (), backend: str | None = None) -> Submission:
-        """Submit again what is neither COMPLETED nor queued or running (``overrides`` may
-        change resources, max_parallel and env)."""
+    def resume(
+        self, overrides: Sequence[str] = (), backend: str | None = None, *, unprune: bool = False
+    ) -> Submission:
+        """Submit again what is neither COMPLETED, PRUNED nor queued or running (``overrides``
+        may change resources, max_parallel and env); with ``unprune``, the pruned trials too,
+        to ``max_resource`` (``slurmkit sweep --resume DIR --unprune``)."""
         from . import sweep
 
-        self.submission = sweep.resume(self.sweep_dir, overrides, backend=backend)
+        self.submission = sweep.resume(self.sweep_dir, overrides, backend=backend, unprune=unprune)
         return self.submission
 
     def status(self) -> SweepStatus:

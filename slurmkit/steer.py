@@ -10,11 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backends, store
+from . import backends, searchview, store
 from .backends.base import Stopped
 from .core import lock, states
 from .core.fsutil import Damaged
 from .core.layout import SweepDir, slurm_log_name
+from .core.search import Search
 from .errors import UserError
 from .sweepstate import collect
 
@@ -28,7 +29,10 @@ def results_table(
     damaged in the sweep directory (one line each).
 
     A metric named like a parameter or a fixed column is the column ``metrics.NAME``. With
-    ``sort_key``, NaN and then missing values come last, whatever the direction.
+    ``sort_key``, NaN and then missing values come last, whatever the direction. A sweep with a
+    search adds ``rung`` (the last rung the trial reached) and the metric at each rung
+    (``val_loss@1``, ``val_loss@3``...), and without ``sort_key`` is sorted by its metric, best
+    first.
     """
     current = collect(root)
     param_cols: dict[str, None] = {}  # ordered sets: first seen first
@@ -40,6 +44,7 @@ def results_table(
     metric_cols = {
         m: _renamed(m, taken) if m in _FIXED or m in param_cols else m for m in metric_names
     }
+    rung_cols = _rung_columns(current.search, taken) if current.search is not None else {}
     rows = [
         {
             "index": t.index,
@@ -47,10 +52,13 @@ def results_table(
             "state": t.state,
             **t.params,
             **{metric_cols[k]: v for k, v in t.metrics.items()},
+            **_rung_cells(t.rungs or [], rung_cols),
         }
         for t in current.trials
     ]
-    columns = [*_FIXED, *param_cols, *metric_cols.values()]
+    columns = [*_FIXED, *param_cols, *metric_cols.values(), *rung_cols.values()]
+    if sort_key is None and current.search is not None and current.search.metric in metric_cols:
+        sort_key, desc = metric_cols[current.search.metric], current.search.mode == "max"
     if sort_key:
         if sort_key not in columns:
             raise UserError(
@@ -64,6 +72,29 @@ def results_table(
         groups[0].sort(key=lambda r: (isinstance(r[sort_key], str), r[sort_key]), reverse=desc)
         rows = [r for group in groups for r in group]
     return rows, columns, current.warnings
+
+
+def _rung_columns(search: Search, taken: set[str]) -> dict[Any, str]:
+    """The search's columns: ``searchview.RUNG`` -> ``rung``, and each rung's resource ->
+    ``METRIC@RESOURCE`` (``search.NAME`` where a parameter or metric has that name)."""
+    names: dict[Any, str] = {searchview.RUNG: searchview.RUNG}
+    names.update({r: searchview.column(search, r) for r in search.rungs()})
+    out = {}
+    for key, name in names.items():
+        while name in taken:
+            name = f"search.{name}"
+        taken.add(name)
+        out[key] = name
+    return out
+
+
+def _rung_cells(rungs: list[dict[str, Any]], names: dict[Any, str]) -> dict[str, Any]:
+    """A trial's cells of the search's columns (none without a search)."""
+    if not names:
+        return {}
+    cells: dict[str, Any] = {names[searchview.RUNG]: rungs[-1]["rung"] if rungs else None}
+    cells.update({names[r["resource"]]: r["value"] for r in rungs})
+    return cells
 
 
 def _renamed(metric: str, taken: set[str]) -> str:

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import backends, render, store
+from . import backends, render, searchview, store
 from . import plan as plans
 from . import spec as spec_mod
 from .backends.base import Backend, Progress, Submission
@@ -106,18 +106,23 @@ def resume(
     dry_run: bool = False,
     on_done: Progress | None = None,
     on_target: OnTarget | None = None,
+    unprune: bool = False,
 ) -> Submission:
-    """Submit again the trials that are neither COMPLETED nor still queued or running.
+    """Submit again the trials that are neither COMPLETED, PRUNED nor still queued or running.
 
     ``overrides`` may change ``resources.*``, ``max_parallel`` and ``env.*`` (not the trials).
-    Running it twice in a row submits nothing the second time.
+    Running it twice in a row submits nothing the second time. With ``unprune``, the trials
+    the sweep's search pruned run again too, to ``max_resource``, judged no more
+    (:func:`slurmkit.searchview.unprune`); a sweep without a search has none.
     """
     sweep = store.open_sweep(root)
     config = store.config(sweep)
     spec = spec_mod.resumed(config, overrides, sweep.sweep_json)
     lock = store.locked(sweep, "resume") if not dry_run else Lock(sweep.root)
     try:
-        return _resume(sweep, config, spec, overrides, backend, dry_run, on_done, on_target, lock)
+        return _resume(
+            sweep, config, spec, overrides, backend, dry_run, on_done, on_target, lock, unprune
+        )
     finally:
         lock.release()
 
@@ -132,16 +137,15 @@ def _resume(
     on_done: Progress | None,
     on_target: OnTarget | None,
     lock: Lock,
+    unprune: bool = False,
 ) -> Submission:
     """:func:`resume` with the sweep's lock held (not for a dry run)."""
     from .sweepstate import collect  # ~1 ms: only a resume reads the sweep's state
 
     current = collect(sweep.root, with_metrics=False, fresh=True)  # no cached answer
-    todo = [
-        t.index
-        for t in current.trials
-        if t.state != states.COMPLETED and t.state not in states.ACTIVE
-    ]
+    done = {states.COMPLETED} if unprune else {states.COMPLETED, states.PRUNED}
+    todo = [t.index for t in current.trials if t.state not in done | states.ACTIVE]
+    pruned = [t.id for t in current.trials if unprune and t.state == states.PRUNED]
     target = choose_backend(backend or backends.for_resume(store.submissions(sweep)))
     if todo and not dry_run:
         target.check(spec, len(todo))
@@ -154,6 +158,8 @@ def _resume(
         _data_ready(spec, target)
         if overrides:
             store.update_config(sweep, work)
+        for trial_id in pruned:
+            searchview.unprune(sweep.trial(trial_id))
         if on_target is not None:
             on_target(target, sweep)
         result = target.submit(sweep, work, todo, scripts, on_done, lock.release)

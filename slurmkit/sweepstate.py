@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from . import backends, store
+from . import backends, searchview, store
 from .backends.base import LiveTask
-from .core import states
+from .core import badnodes, states
+from .core.search import Search
 
 
 @dataclass
@@ -30,9 +31,15 @@ class TrialStatus:
     reason: str = ""
     cause: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    # under a search: the rungs it reached, {"rung", "resource", "value"} each (searchview.py);
+    # None: its sweep has no search (or they were not read: with_metrics=False)
+    rungs: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        if self.rungs is None:
+            del out["rungs"]  # a sweep without a search: as before
+        return out
 
 
 @dataclass
@@ -41,6 +48,8 @@ class SweepStatus:
     name: str
     trials: list[TrialStatus]
     warnings: list[str] = field(default_factory=list)  # damaged files: one line each
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # suspects (core/badnodes.py)
+    search: Search | None = None  # the sweep's search (early stopping), when it has one
 
     @property
     def counts(self) -> dict[str, int]:
@@ -67,7 +76,9 @@ class SweepStatus:
             "counts": self.counts,
             "finished": self.finished,
             "trials": [t.as_dict() for t in self.trials],
+            **({"search": self.search.to_dict()} if self.search is not None else {}),
             **({"warnings": self.warnings} if self.warnings else {}),
+            **({"nodes": self.nodes} if self.nodes else {}),
         }
 
 
@@ -76,7 +87,9 @@ def collect(root: str, *, with_metrics: bool = True, fresh: bool = False) -> Swe
     metrics (``with_metrics=False``: without them, one file less per trial, for loops that
     poll and show no metrics; :func:`add_metrics` fills them in later). A damaged file (status,
     metrics, manifest line, submission record, sweep.json) costs only what it holds: the trial shows
-    as DAMAGED, and ``warnings`` names the file. The scheduler's answer may be up to
+    as DAMAGED, and ``warnings`` names the file. A sweep with a search also gets, with the
+    metrics, the rungs each trial reached (one directory listing per rung). A PRUNED trial
+    is final and no failure. The scheduler's answer may be up to
     ``SLURMKIT_POLL_INTERVAL`` seconds old (one query per interval for all of the user's
     callers: :mod:`slurmkit.backends.pollcache`), unless ``fresh``."""
     sweep = store.open_sweep(root)
@@ -84,7 +97,7 @@ def collect(root: str, *, with_metrics: bool = True, fresh: bool = False) -> Swe
     config = store.config(sweep, warnings)
     rows = store.manifest(sweep, warnings)
     files = store.read_statuses(sweep, warnings=warnings)
-    unfinished = {
+    unfinished = {  # a PRUNED trial's task too: after --unprune its new one is what counts
         i
         for i, r in enumerate(rows)
         if r is None or (files.get(r["id"]) or {}).get("state") != states.COMPLETED
@@ -103,17 +116,31 @@ def collect(root: str, *, with_metrics: bool = True, fresh: bool = False) -> Swe
             t.metrics = store.metrics(sweep, row["id"], warnings)
         trials.append(t)
     name = config.get("name") if isinstance(config.get("name"), str) else None
-    return SweepStatus(sweep.root, name or os.path.basename(sweep.root), trials, warnings)
+    suspects = [s.to_dict() for s in badnodes.suspects(sweep.root)]
+    search = searchview.of_config(config, sweep.sweep_json, warnings)
+    found = SweepStatus(
+        sweep.root, name or os.path.basename(sweep.root), trials, warnings, suspects, search
+    )
+    return _add_rungs(found) if with_metrics else found
+
+
+def _add_rungs(current: SweepStatus) -> SweepStatus:
+    """Each trial's rungs reached (a sweep with a search)."""
+    if current.search is not None:
+        reached = searchview.rungs_by_trial(current.sweep_dir, current.search)
+        for t in current.trials:
+            t.rungs = reached.get(t.id, [])
+    return current
 
 
 def add_metrics(current: SweepStatus) -> SweepStatus:
-    """``current`` (collected without metrics) with each trial's latest metrics, as
-    :func:`collect` gives them by default."""
+    """``current`` (collected without metrics) with each trial's latest metrics (and rungs),
+    as :func:`collect` gives them by default."""
     sweep = store.open_sweep(current.sweep_dir)
     for t in current.trials:
         if t.id and not t.metrics and t.state != states.DAMAGED:
             t.metrics = store.metrics(sweep, t.id, current.warnings)
-    return current
+    return _add_rungs(current)
 
 
 class Seen(NamedTuple):

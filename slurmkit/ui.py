@@ -11,11 +11,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import (
     BarColumn,
@@ -44,6 +44,7 @@ out = Console(highlight=False, width=1_000_000 if PIPED else None)
 err = Console(stderr=True, highlight=False, width=1_000_000 if PIPED else None)
 STYLE = {
     states.COMPLETED: "green",
+    states.PRUNED: "blue",
     states.RUNNING: "cyan",
     states.PENDING: "yellow",
     states.REQUEUED: "yellow",
@@ -194,12 +195,28 @@ class Reporter:
             self.progress.stop()
 
 
+def _pruned(root: str, indices: Iterable[int]) -> int:
+    """How many of the trials ``indices`` of the sweep at ``root`` ended PRUNED (0 without a
+    search, with nothing more read)."""
+    from . import store
+
+    sweep = store.open_sweep(root)
+    if "search" not in store.config(sweep, []):
+        return 0
+    rows = store.manifest(sweep, [])
+    ids = [row["id"] for i in indices if i < len(rows) and (row := rows[i]) is not None]
+    found = store.read_statuses(sweep, ids, warnings=[]).values()
+    return sum(1 for s in found if s is not None and s.get("state") == states.PRUNED)
+
+
 def print_submission(result: Submission) -> None:
     if result.ran_here:
         failed = sorted(i for i, c in result.exit_codes.items() if c != 0)
+        pruned = _pruned(result.sweep_dir, result.exit_codes)
         out.print(
             f"ran {len(result.exit_codes)} trial(s) locally: "
-            f"[green]{len(result.exit_codes) - len(failed)} completed[/green]"
+            f"[green]{len(result.exit_codes) - len(failed) - pruned} completed[/green]"
+            + (f", [blue]{pruned} pruned[/blue]" if pruned else "")
             + (
                 f", [red]{len(failed)} failed[/red] (indices {_short(failed, 60)})"
                 if failed
@@ -251,13 +268,41 @@ def status_view(current: SweepStatus, show_all: bool) -> Table:
     return table
 
 
+def nodes_view(rows: Sequence[dict[str, Any]], title: str, across: bool = False) -> Table:
+    """Suspect nodes (core/badnodes.py) with their evidence: a sweep's (``status``), or
+    ``across`` sweeps (``report``: in how many sweeps each is excluded)."""
+    table = Table(title=title, title_justify="left", expand=False, box=None, header_style="bold")
+    cols = (
+        ["node", "failures", "sweeps", "excluded in"]
+        if across
+        else ["node", "failures", "excluded", "trials"]
+    )
+    for col in [*cols, "last", "evidence"]:
+        table.add_column(col, overflow="fold" if col == "evidence" else "ellipsis")
+    for r in rows:
+        if across:
+            cells = [str(len(r["sweeps"])), str(r["excluded_in"])]
+        else:
+            cells = ["yes" if r["excluded"] else "no", str(len(r["trials"]))]
+        last = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["last"])) if r["last"] else ""
+        table.add_row(Text(r["node"]), str(r["failures"]), *cells, last, Text(r["evidence"]))
+    return table
+
+
+def _status_views(current: SweepStatus, show_all: bool) -> Group:
+    views: list[Table] = [status_view(current, show_all)]
+    if current.nodes:
+        views.append(nodes_view(current.nodes, "suspect nodes (excluded: --exclude for the rest)"))
+    return Group(*views)
+
+
 def print_status(current: SweepStatus, show_all: bool) -> None:
-    out.print(status_view(current, show_all))
+    out.print(_status_views(current, show_all))
 
 
 def watch(fetch: Callable[[], SweepStatus], interval: float, show_all: bool) -> SweepStatus:
     with Live(console=out, refresh_per_second=1) as live:
-        return wait(fetch, interval, lambda current: live.update(status_view(current, show_all)))
+        return wait(fetch, interval, lambda current: live.update(_status_views(current, show_all)))
 
 
 def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStatus:
@@ -270,7 +315,7 @@ def follow(fetch: Callable[[], SweepStatus], interval: float = 2.0) -> SweepStat
             counts = " ".join(
                 f"[{STYLE.get(k, '')}]{k.lower()} {n}[/]"
                 for k, n in current.counts.items()
-                if k not in states.SUCCESS
+                if k != states.COMPLETED  # PRUNED shown: stopped early, not a failure
             )
             progress.update(task, total=len(current.trials), completed=done, extra=counts)
 
@@ -300,7 +345,7 @@ def print_results(rows: list[dict[str, Any]], columns: list[str]) -> None:
     shown = [
         c
         for c in columns
-        if not (c == "state" and all(r.get("state") in states.SUCCESS for r in rows))
+        if not (c == "state" and all(r.get("state") == states.COMPLETED for r in rows))
     ]
     table = Table(expand=False, box=None, header_style="bold")
     for col in shown:

@@ -13,6 +13,16 @@ checkpoint kept. An attempt's GPU-hours (CPU-hours where it had no GPU) are
   container that did not start, a time limit or cancel that ended the trial, a budget spent);
 - running: still allocated now.
 
+Where they went, and each sweep's ETTR, is :mod:`.goodput`'s split: queued, requeue hold,
+restart, productive, work lost since the last checkpoint, hang, bad node, failed, running
+(sacct's ``Eligible`` for the waits; the runtime's records, and the trial's metrics times, for
+each attempt's first step, last checkpoint and hang).
+
+A trial that the sweep's search PRUNED used its hours (useful); what the search saved is
+estimated per pruned trial as its hours (and run time) times ``(max_resource - reached) /
+reached``, ``reached`` the resource of the report it was pruned at (its ``search.json``): as if
+each further unit of resource cost what its units so far did on average (start-up included).
+
 Costs come from the user config's ``report: {prices: {PARTITION: PRICE}}`` (per GPU-hour, or per
 CPU-hour for attempts without GPUs). :func:`collect` does the I/O; everything after it
 (:func:`join_trial` in :mod:`.usagejoin`, :func:`figures`, :func:`groups`) is a pure function of
@@ -30,12 +40,16 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
 
-from . import accounting, store
+from . import accounting, goodput, store
 from .accounting import Row
-from .core import states
+from .core import badnodes, states
 from .core.arrays import expand_array_spec
+from .core.fsutil import Damaged
 from .core.layout import COMMENT_PREFIX, SweepDir
+from .core.search import Search
+from .core.search import decisions as search_decisions
 from .errors import SpecError, UserError
+from .searchview import of_config
 from .usagejoin import CAUSES, Attempt, commit_times, done_once, join_trial, number, trial_state
 from .usagejoin import pair as pair  # re-exported: tests/test_report.py reads it here
 
@@ -49,6 +63,10 @@ class TrialReport:
     id: str
     state: str
     attempts: list[Attempt] = field(default_factory=list)
+    # under a search: what running it on to max_resource would have cost, as a multiple of
+    # what it cost (0.0 when not pruned; None: no search, or a pruned trial's reach unknown)
+    unrun: float | None = None
+    searched: bool = False  # its sweep has a search
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +74,7 @@ class TrialReport:
             "id": self.id,
             "state": self.state,
             "attempts": [a.as_dict() for a in self.attempts],
+            **({"unrun": self.unrun} if self.searched else {}),
         }
 
 
@@ -66,6 +85,7 @@ class SweepReport:
     labels: dict[str, str]
     trials: list[TrialReport]
     figures: dict[str, Any]
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # suspects (core/badnodes.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +94,7 @@ class SweepReport:
             "labels": self.labels,
             **self.figures,
             "trials": [t.as_dict() for t in self.trials],
+            **({"nodes": self.nodes} if self.nodes else {}),
         }
 
 
@@ -93,6 +114,11 @@ class Report:
     def groups(self) -> list[tuple[str, dict[str, Any]]]:
         return groups(self.sweeps, self.by) if self.by else []
 
+    @cached_property
+    def nodes(self) -> list[dict[str, Any]]:
+        """The suspect nodes across the sweeps (core/badnodes.py)."""
+        return badnodes.across([(s.name, s.nodes) for s in self.sweeps if s.nodes])
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "query": self.query,
@@ -105,6 +131,8 @@ class Report:
             out["by"] = self.by
             out["groups"] = [{"group": key, **figs} for key, figs in self.groups()]
         out["sweeps"] = [s.as_dict() for s in self.sweeps]
+        if self.nodes:
+            out["nodes"] = self.nodes
         if self.warnings:
             out["warnings"] = self.warnings
         return out
@@ -203,6 +231,7 @@ class _Sweep:
     rows: list[dict[str, Any] | None]  # trials.jsonl
     tasks: dict[tuple[str, int], int]  # (array job id, task id) -> trial index
     warnings: list[str]
+    search: Search | None = None
 
     @property
     def jobs(self) -> list[str]:
@@ -217,11 +246,13 @@ class _Sweep:
             if index is not None:
                 by_index[index].append(row)
         # status files only where accounting leaves the story open: a trial whose one attempt
-        # accounting saw complete needs none (most trials of most sweeps)
+        # accounting saw complete needs none (most trials of most sweeps; not under a search,
+        # where a pruned trial's task completes too)
         needed = [
             row["id"]
             for index, row in enumerate(self.rows)
-            if row is not None and not done_once(by_index.get(index, ()))
+            if row is not None
+            and (self.search is not None or not done_once(by_index.get(index, ())))
         ]
         statuses = store.read_statuses(self.dir, needed, self.warnings) if needed else {}
         trials = []
@@ -244,14 +275,47 @@ class _Sweep:
                 recorded = states.DAMAGED
             state = trial_state(recorded, found)
             attempts = join_trial(
-                found, records, state, partial(self.commits, tid), prices, now, since
+                found,
+                records,
+                state,
+                partial(self.commits, tid),
+                prices,
+                now,
+                since,
+                partial(self.reports, tid),
             )
             trials.append(TrialReport(index, tid, state, attempts))
-        return SweepReport(self.dir.root, self.name, self.labels, trials, figures(trials))
+            if self.search is not None:
+                trials[-1].searched = True
+                trials[-1].unrun = self.unrun(tid) if state == states.PRUNED else 0.0
+        suspects = [s.to_dict() for s in badnodes.suspects(self.dir.root)]
+        return SweepReport(self.dir.root, self.name, self.labels, trials, figures(trials), suspects)
+
+    def unrun(self, trial_id: str) -> float | None:
+        """A pruned trial's ``(max_resource - reached) / reached`` (None when its
+        ``search.json`` does not say how far it got)."""
+        assert self.search is not None
+        try:
+            known = search_decisions(self.dir.trial(trial_id)) or {}
+        except Damaged as exc:
+            self.warnings.append(f"{exc}: what its pruning saved is not counted")
+            return None
+        last = (known.get("rungs") or [{}])[-1]
+        reached = number(last.get("reached")) if isinstance(last, dict) else None
+        if reached is None or reached <= 0:
+            return None
+        return max(0.0, self.search.max_resource - reached) / reached
 
     def commits(self, trial_id: str) -> list[float]:
         """When each checkpoint of the trial was committed (its journal; [] without one)."""
-        path = self.dir.checkpoint_journal(trial_id)
+        return self._times(self.dir.checkpoint_journal(trial_id))
+
+    def reports(self, trial_id: str) -> list[float]:
+        """When the trial reported metrics (``metrics.jsonl``; [] without one)."""
+        return self._times(os.path.join(self.dir.trial(trial_id), "metrics.jsonl"))
+
+    def _times(self, path: str) -> list[float]:
+        """The ``time`` of each line of a JSON-lines file; damaged lines warned of."""
         try:
             with open(path, "rb") as fh:
                 text = fh.read().decode("utf-8", "replace")
@@ -282,6 +346,7 @@ def _read(sweep: SweepDir, warnings: list[str]) -> _Sweep:
         store.manifest(sweep, warnings),
         tasks,
         warnings,
+        of_config(config, sweep.sweep_json, warnings),
     )
 
 
@@ -342,10 +407,12 @@ def _jobs_only(
 
 def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
     """The numbers of a set of trials: states, failure rate, attempts by cause, queue delay,
-    run time, unit-hours useful / lost / running, cost and cost per successful trial."""
+    run time, unit-hours useful / lost / running and where they went (with the ETTR), cost
+    and cost per successful trial."""
     attempts = [a for t in trials for a in t.attempts]
     counts = Counter(t.state for t in trials)
     successful = counts[states.COMPLETED]
+    pruned = counts[states.PRUNED]  # ended as the search asked: neither success nor failure
     failed = sum(n for s, n in counts.items() if s in states.UNSUCCESSFUL)
     causes = Counter(a.cause for a in attempts if a.cause)
     queue = sorted(a.queue_s for a in attempts if a.queue_s is not None)
@@ -361,6 +428,9 @@ def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
             if mine
             else None
         )
+    split = {f"{unit}_goodput": goodput.summary(attempts, unit) for unit in ("gpu", "cpu")}
+    main = split["gpu_goodput"] or split["cpu_goodput"]
+    ettr = main["ettr"] if main else None
     unpriced = sorted({a.partition for a in attempts if a.cost is None})
     accounted = any(a.units for a in attempts)
     cost = sum(a.cost or 0.0 for a in attempts) if accounted and not unpriced else None
@@ -369,7 +439,9 @@ def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
         "states": {s: counts[s] for s in states.ORDER if counts[s]},
         "successful": successful,
         "failed": failed,
-        "failure_rate": failed / (successful + failed) if successful + failed else None,
+        "failure_rate": failed / (successful + pruned + failed)
+        if successful + pruned + failed
+        else None,
         "attempts": len(attempts),
         "causes": {c: causes[c] for c in CAUSES if causes[c]},
         "outcomes": dict(Counter(a.outcome for a in attempts)),
@@ -381,10 +453,43 @@ def figures(trials: Sequence[TrialReport]) -> dict[str, Any]:
         },
         "run_s": sum(a.run_s or 0.0 for a in attempts),
         **spend,
+        **split,
+        "ettr": ettr,
         "cost": cost,
         "cost_per_success": cost / successful if cost is not None and successful else None,
         "unpriced": unpriced,
+        "blamed": dict(Counter(node for a in attempts for node in a.blamed).most_common()),
+        **({"search": saved(trials)} if any(t.searched for t in trials) else {}),
     }
+
+
+def saved(trials: Sequence[TrialReport]) -> dict[str, Any]:
+    """What the search saved against running every trial of a search sweep to max_resource:
+    per pruned trial, its run time and unit-hours times its ``unrun``. ``spent`` is what the
+    search sweeps' trials used; ``share`` the saved part of spent + saved."""
+    searched = [t for t in trials if t.searched]
+    pruned = [t for t in searched if t.state == states.PRUNED]
+    out: dict[str, Any] = {
+        "pruned": len(pruned),
+        "unestimated": sum(1 for t in pruned if t.unrun is None),
+    }
+    for key, spend in (
+        ("run_s", lambda a: a.run_s or 0.0),
+        ("gpu_hours", lambda a: _total(a) if a.unit == "gpu" else 0.0),
+        ("cpu_hours", lambda a: _total(a) if a.unit == "cpu" else 0.0),
+    ):
+        spent = sum(spend(a) for t in searched for a in t.attempts)
+        gain = sum((t.unrun or 0.0) * sum(spend(a) for a in t.attempts) for t in pruned)
+        if key == "run_s" or spent:
+            share = gain / (spent + gain) if spent + gain else None
+            out[key] = {"saved": gain, "spent": spent, "share": share}
+        else:
+            out[key] = None  # no allocation of that unit (no accounting)
+    return out
+
+
+def _total(a: Attempt) -> float:
+    return a.useful_hours + a.lost_hours + a.running_hours
 
 
 def groups(sweeps: Sequence[SweepReport], by: str) -> list[tuple[str, dict[str, Any]]]:

@@ -1,6 +1,6 @@
 """The attempts of one trial, for ``slurmkit report`` (:mod:`.usage`): accounting's rows
-joined with the runtime's records of them, why each ended, and its unit-hours useful, lost or
-running. Pure functions of what :mod:`.usage` read.
+joined with the runtime's records of them, why each ended, its unit-hours useful, lost or
+running, and where they went (:mod:`.goodput`). Pure functions of what :mod:`.usage` read.
 """
 
 from __future__ import annotations
@@ -12,14 +12,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import goodput
 from .accounting import Row
 from .core import states
 
 # Why an attempt stopped: the runtime's causes (runtime/requeue.py) and a user's cancel.
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "cancelled")
+CAUSES = (
+    "preemption",
+    "timeout",
+    "node_failure",
+    "node",
+    "hang",
+    "container",
+    "error",
+    "cancelled",
+)
 # Causes whose work up to the last checkpoint is kept when the trial goes on.
-INTERRUPTIONS = ("preemption", "timeout", "node_failure", "cancelled")
-OUTCOMES = ("completed", "interrupted", "failed", "cancelled", "running")
+INTERRUPTIONS = ("preemption", "timeout", "node_failure", "node", "hang", "cancelled")
+OUTCOMES = ("completed", "pruned", "interrupted", "failed", "cancelled", "running")
 # A runtime record starts a little after its allocation (the batch shell, Python), and never
 # long before or after it: how far apart the two may be and still be one attempt.
 SKEW = 60.0
@@ -62,6 +72,19 @@ class Attempt:
     lost_hours: float = 0.0
     running_hours: float = 0.0
     cost: float | None = None  # None: its partition has no price
+    eligible: float | None = None  # when it could start (accounting's Eligible)
+    first_step: float | None = None  # its first step (an attempt after the trial's first)
+    blamed: tuple[str, ...] = ()  # the nodes its failure was attributed to
+    # where its unit-hours went (goodput.KINDS; running_hours above), and the figures unknown
+    productive_hours: float = 0.0
+    queued_hours: float = 0.0
+    hold_hours: float = 0.0
+    restart_hours: float = 0.0
+    lost_work_hours: float = 0.0
+    hang_hours: float = 0.0
+    bad_node_hours: float = 0.0
+    failed_hours: float = 0.0
+    unknown: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)  # scalars only: no deep copy (asdict) of 10,000 attempts
@@ -149,19 +172,24 @@ def join_trial(
     prices: dict[str, float],
     now: float,
     since: float | None = None,
+    reports: Callable[[], list[float]] = list,
 ) -> list[Attempt]:
     """A trial's attempts: accounting's ``rows`` joined with ``status.json``'s ``records``.
     ``state`` is the trial's state now; ``commits()`` reads its checkpoint journal (only when
-    an attempt was interrupted)."""
+    an attempt was interrupted), ``reports()`` the times of its metrics (only for a resumed
+    attempt whose record has no ``first_progress``)."""
     pairs = pair(rows, records, since)
     active = state in states.ACTIVE
     journal: list[float] | None = None
-    out = []
+    reported: list[float] | None = None
+    out: list[Attempt] = []
     for n, (row, rec) in enumerate(pairs, 1):
         ended, cause = ending(row, rec)
         later = n < len(pairs)
         if ended == states.COMPLETED:
             outcome = "completed"
+        elif ended == states.PRUNED:  # stopped early by the search: its work was used
+            outcome = "pruned"
         elif ended in (states.RUNNING, states.PENDING):
             outcome = "running"
         elif cause in INTERRUPTIONS and (later or active):
@@ -175,6 +203,7 @@ def join_trial(
             a.partition, a.account, a.user = row.partition, row.account, row.user
             a.submit, a.start, a.end = row.submit, row.start, row.end
             a.unit, a.units = ("gpu", row.gpus) if row.gpus else ("cpu", row.cpus)
+            a.eligible = row.eligible
         elif rec is not None:
             a.start, a.end = number(rec.get("start")), number(rec.get("end"))
         if a.start is not None:
@@ -190,7 +219,20 @@ def join_trial(
             if ran is not None:
                 stop = max(stop, ran)
             a.checkpoint = max((t for t in journal if a.start <= t < stop + 1), default=None)
+            if a.checkpoint is None:  # no journal: the runtime's own view, where it has one
+                seen = number(rec.get("last_checkpoint")) if rec else None
+                a.checkpoint = seen if seen is not None and a.start <= seen < stop + 1 else None
         hours(a, now)
+        if rec is not None and isinstance(rec.get("blamed"), list):
+            a.blamed = tuple(str(name) for name in rec["blamed"])
+        if a.units and a.start is not None:
+            if n > 1:
+                if reported is None and not (rec and "first_progress" in rec):
+                    reported = reports()
+                stop = a.start + (a.run_s or 0.0)
+                a.first_step = goodput.first_step(rec, reported or (), a.start, stop)
+            hang = goodput.hang_start(rec, cause) if rec is not None else None
+            goodput.split(a, out[-1] if out else None, a.first_step, hang)
         price = prices.get(a.partition)
         total = a.useful_hours + a.lost_hours + a.running_hours
         a.cost = total * price if price is not None else (0.0 if not total else None)
@@ -206,7 +248,7 @@ def ending(row: Row | None, rec: dict[str, Any] | None) -> tuple[str, str | None
         cause = rec.get("cause") if rec else None
         if recorded in (states.CANCELLED, states.TERMINATED):
             return recorded, "cancelled"
-        if recorded == states.COMPLETED:
+        if recorded in states.SUCCESS:  # COMPLETED, PRUNED
             return recorded, None
         fixed = {states.TIMEOUT: "timeout", states.NODE_FAIL: "node_failure"}.get(recorded)
         if isinstance(cause, str) and cause in CAUSES and fixed is None:
@@ -228,7 +270,7 @@ def hours(a: Attempt, now: float) -> None:
     total = a.units * max(0.0, stop - a.start) / 3600
     if a.outcome == "running":
         a.running_hours = total
-    elif a.outcome == "completed":
+    elif a.outcome in ("completed", "pruned"):
         a.useful_hours = total
     elif a.outcome == "interrupted" and a.checkpoint is not None:
         a.useful_hours = a.units * (min(a.checkpoint, stop) - a.start) / 3600

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import UserError
+from .goodput import KINDS
 from .usage import Report, SweepReport
 
 CSV_COLUMNS = (
@@ -41,6 +42,11 @@ CSV_COLUMNS = (
     "lost_hours",
     "running_hours",
     "cost",
+    "eligible",
+    "first_step",
+    *(f"{kind}_hours" for kind in KINDS if kind != "running"),
+    "unknown",
+    "blamed",
 )
 
 
@@ -129,14 +135,76 @@ def print_tables(report: Report, show_trials: bool) -> None:
     out.print(table("", rows))
     if report.by:
         out.print(table(f"{report.by} groups", [cells(k, f) for k, f in report.groups()]))
+    split = goodput_table(report)
+    if split is not None:
+        out.print(split)
     if show_trials:
         out.print(trials_table(report.sweeps))
+    blamed = report.totals["blamed"]
+    if blamed:
+        named = ", ".join(f"{node} ({n})" for node, n in blamed.items())
+        note(f"nodes that failures were put on (attempts): {named}")
+    if report.nodes:
+        from .ui import nodes_view
+
+        out.print(nodes_view(report.nodes, "suspect nodes", across=True))
+    for s in report.sweeps:
+        if "search" in s.figures:
+            note(search_line(s.name, s.figures["search"]))
     unpriced = report.totals["unpriced"]
     if unpriced:
         note(
             f"no price for partition {', '.join(map(repr, unpriced))}: cost unknown; add "
             f"report: {{prices: {{{unpriced[0] or 'PARTITION'}: PRICE}}}} to your user config"
         )
+
+
+def goodput_table(report: Report) -> Any:
+    """Where each sweep's GPU-hours (CPU-hours without GPUs) went, and its ETTR; None when no
+    sweep had an allocation (no accounting)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    named = [(s.name, s.figures) for s in report.sweeps]
+    if len(named) > 1:
+        named.append(("total", report.totals))
+    rows = []
+    for name, figs in named:
+        unit = "GPU-h" if figs["gpu_goodput"] else "CPU-h"
+        split = figs["gpu_goodput"] or figs["cpu_goodput"]
+        if split is None:
+            continue
+        unknown = ", ".join(f"{n} {what}" for what, n in split["unknown"].items()) or "-"
+        hours = [amount(split[kind]) for kind in KINDS]
+        rows.append([_one_line(name), unit, percent(split["ettr"]), *hours, unknown])
+    if not rows:
+        return None
+    t = Table(expand=False, box=None, header_style="bold", title="where the hours went "
+              "(ETTR: productive over wall time since eligible)", title_justify="left")  # fmt: skip
+    heads = ["sweep", "unit", "ETTR", *(k.replace("_", " ") for k in KINDS), "unknown (attempts)"]
+    for i, col in enumerate(heads):
+        t.add_column(Text(col), justify="left" if i in (0, 1, len(heads) - 1) else "right")
+    for row in rows:
+        t.add_row(*(Text(cell) for cell in row))
+    return t
+
+
+def search_line(name: str, found: dict[str, Any]) -> str:
+    """One line of what a sweep's search saved (``usage.saved``), against running every trial
+    to max_resource."""
+    parts = []
+    for key, unit in (("gpu_hours", "GPU-h"), ("cpu_hours", "CPU-h")):
+        if found[key] is not None:
+            parts.append(f"{amount(found[key]['saved'])} {unit}")
+    run = found["run_s"]
+    parts.append(f"{duration(run['saved'])} of run time")
+    text = f"{_one_line(name)}: the search pruned {found['pruned']} trial(s) and saved about "
+    text += ", ".join(parts)
+    if run["share"] is not None:
+        text += f" ({percent(run['share'])} of running every trial to max_resource)"
+    if found["unestimated"]:
+        text += f"; {found['unestimated']} pruned trial(s) without a recorded reach: not counted"
+    return text
 
 
 def trials_table(sweeps: Sequence[SweepReport]) -> Any:
@@ -198,6 +266,10 @@ def csv_rows(report: Report) -> list[dict[str, Any]]:
                     submit=_iso(a.submit),
                     start=_iso(a.start),
                     end=_iso(a.end),
+                    eligible=_iso(a.eligible),
+                    first_step=_iso(a.first_step),
+                    unknown=" ".join(a.unknown),
+                    blamed=" ".join(a.blamed),
                 )
                 rows.append(row)
     return rows
@@ -227,6 +299,16 @@ _METRICS = {
     "cpu_hours": ("gauge", "Allocated CPU-hours of attempts without GPUs, by kind."),
     "cost": ("gauge", "Cost at the user config's prices."),
     "cost_per_successful_trial": ("gauge", "Cost over the trials that completed."),
+    "goodput_hours": ("gauge", "Unit-hours (unit: gpu, or cpu without GPUs) by where they went."),
+    "ettr": ("gauge", "Effective training time ratio: productive over wall time since eligible."),
+    "ettr_allocated": ("gauge", "Productive over allocated time (no queue, no hold)."),
+    "goodput_unknown_attempts": ("gauge", "Attempts whose records lack a figure of the split."),
+    "blamed_attempts": ("gauge", "Attempts whose failure was put on a node, by node."),
+    "search_saved": (
+        "gauge",
+        "What a search's pruning saved against running every trial to max_resource, by unit "
+        "(run_seconds, gpu_hours, cpu_hours): an estimate.",
+    ),
 }
 
 
@@ -283,6 +365,25 @@ def _series(
             add(f"{unit}_hours", value, kind=kind)
     add("cost", figs["cost"])
     add("cost_per_successful_trial", figs["cost_per_success"])
+    for unit in ("gpu", "cpu"):
+        split = figs[f"{unit}_goodput"]
+        if split is None:
+            continue
+        for kind in KINDS:
+            add("goodput_hours", split[kind], unit=unit, kind=kind)
+        add("ettr", split["ettr"], unit=unit)
+        add("ettr_allocated", split["ettr_allocated"], unit=unit)
+        for figure, n in split["unknown"].items():
+            add("goodput_unknown_attempts", n, unit=unit, figure=figure)
+    for node, n in figs["blamed"].items():
+        add("blamed_attempts", n, node=node)
+    for key, unit in (
+        ("run_s", "run_seconds"),
+        ("gpu_hours", "gpu_hours"),
+        ("cpu_hours", "cpu_hours"),
+    ):
+        found = (figs.get("search") or {}).get(key)
+        add("search_saved", found["saved"] if found else None, unit=unit)
 
 
 def _labels(labels: dict[str, str]) -> str:

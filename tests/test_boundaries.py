@@ -301,7 +301,7 @@ def test_the_checkpoint_package_has_no_import_cycle():
 # (the srun prefixes of a trial's step) and of torch state dicts.
 CONTRACT_KEYS = {
     "requeue", "budgets", "lead", "enabled", "signal", "env_runtime", "submit_dir", "workdir",
-    "command", "args", "logs", "stderr", "container", "launch", "folder", "tasks",
+    "command", "args", "logs", "stderr", "container", "launch", "folder", "tasks", "search",
 }  # fmt: skip
 # (module, key): dict reads of one of those words that are no read of the contract
 NOT_THE_CONTRACT = {("slurmkit/runtime/preflight.py", "signal")}  # its own per-rank record

@@ -5,7 +5,8 @@ of the `high` partition on its node, trial 1 trains past its time limit (it chec
 the signal comes, is requeued and then finishes), trial 2 fails, trial 3 is cancelled. The
 report's attempts, causes and GPU-hours must match what the test did and what Slurm itself says
 (`scontrol`: restarts, start and end times; the runtime's records; the checkpoint journal the
-Checkpointer wrote)."""
+Checkpointer wrote), and where the GPU-hours went (the requeue hold and the restart of each
+requeued trial, as Slurm and the trial saw them)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ steps = {"preempt": 150, "timeout": 1000}[case]  # 0.1 s each
 ckpt = Checkpointer(os.path.join(os.environ["SLURMKIT_TRIAL_DIR"], "checkpoints"), keep=2)
 latest = ckpt.load_latest()
 step = latest[1]["step"] if latest else 0
-print(f"training from step {step}", flush=True)
+slurmkit.report(step=step)  # progress: the report's first step of the attempt
+print(f"training from step {step} at {time.time():.3f}", flush=True)
 while step < steps:
     time.sleep(0.1)
     step += 1
@@ -258,3 +260,39 @@ def test_the_other_outputs(sweep, tmp_path):
     assert "report" in table.stdout and "cancelled" in table.stdout
     assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")
     assert not [p for p in os.listdir(tmp_path) if p != "r.png"]  # nothing half-written
+
+
+def test_where_the_hours_went_matches_what_happened(sweep, slurm_cluster):
+    """Per requeued trial: the hold (its first attempt's end to when Slurm let the task start
+    again: the fixture released the ~121 s hold) and the restart (its start to the resumed
+    trial's first step) within a second; the kinds sum to its wall time; failures are lost."""
+    root, array, env = sweep["root"], sweep["array"], sweep["env"]
+    [s] = _report(root, env)["sweeps"]
+    for index in (0, 1):
+        first, last = s["trials"][index]["attempts"]
+        [task] = slurm_cluster.jobs(f"{array}_{index}")
+        assert (
+            last["start"] == epoch(task["StartTime"]) and first["unknown"] == last["unknown"] == []
+        )
+        hold = last["hold_hours"] * 3600  # one GPU
+        assert hold == pytest.approx(epoch(task["EligibleTime"]) - first["end"], abs=1)
+        assert 0 < hold < 121 + 5  # released, never longer than Slurm's own hold
+        said = re.findall(r"training from step (\d+) at ([\d.]+)", _output(root, index))
+        assert int(said[-1][0]) > 0  # resumed from its checkpoint
+        restart = last["restart_hours"] * 3600
+        assert restart == pytest.approx(float(said[-1][1]) - last["start"], abs=1)
+        # it checkpointed when told to stop: (almost) no work lost
+        assert first["lost_work_hours"] * 3600 <= 1 and first["productive_hours"] > 0
+        kinds = ("productive", "queued", "hold", "restart", "lost_work", "hang", "bad_node",
+                 "failed", "running")  # fmt: skip
+        wall = sum(a[f"{k}_hours"] for a in (first, last) for k in kinds) * 3600
+        assert wall == pytest.approx(last["end"] - first["eligible"], abs=1e-6)
+    for index in (2, 3):  # failed, cancelled: their allocation lost
+        [a] = s["trials"][index]["attempts"]
+        assert a["failed_hours"] == pytest.approx((a["end"] - a["start"]) / 3600)
+    gpu = s["gpu_goodput"]
+    assert 0 < s["ettr"] == gpu["ettr"] < 1 and gpu["unknown"] == {}
+    assert gpu["ettr"] == pytest.approx(gpu["productive"] / (gpu["productive"] + gpu["lost"]))
+    text = run_cli("report", str(root), "--prometheus", env=env).stdout
+    ettr = re.search(r'^slurmkit_report_ettr\{[^}]*unit="gpu"\} (\S+)$', text, re.M)
+    assert float(ettr[1]) == pytest.approx(gpu["ettr"])

@@ -266,7 +266,7 @@ def test_a_hung_trial_ends_failed_with_its_stacks_outside_the_requeue_policy(tmp
     assert (run.status["state"], run.status["cause"]) == ("FAILED", "hang")
     assert code == 128 + signal.SIGABRT and "no progress for 1 s" in run.status["reason"]
     assert attempt["hang"]["file"] == "hang-1.txt" and attempt["hang"]["ranks"].keys() == {"0"}
-    assert attempt["hang"]["nodes"] == {"0": os.uname().nodename}
+    assert attempt["hang"]["nodes"] == {os.uname().nodename: attempt["hang"]["ranks"]["0"]}
     assert attempt["first_progress"] <= attempt["last_progress"] == attempt["hang"]["last_progress"]
     text = (Path(run.dir) / "hang-1.txt").read_text()
     assert "=== rank 0 " in text and "stuck_here" in text

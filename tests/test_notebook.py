@@ -39,3 +39,9 @@ def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
     assert "trials ━" in bar and "8/8" in bar and "ipywidgets" not in text
     assert len(list((tmp_path / "runs").glob("quickstart-*"))) == 1
     assert len(list((tmp_path / "runs").glob("fit-*"))) == 1
+    # the ASHA cell: pruned trials, the best one complete, the curves beside the sweep
+    asha = outputs[max(outputs)]
+    assert "'PRUNED': " in asha and "'q': 0.0" in asha and "'state': 'COMPLETED'" in asha
+    (curves,) = (tmp_path / "runs").glob("curve-*")
+    assert (curves / "curves.png").stat().st_size > 1000
+    assert not (tmp_path / "curves.png").exists()

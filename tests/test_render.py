@@ -81,7 +81,6 @@ def test_requeue_can_be_switched_off_and_tuned(spec_file):
         "node_failure": 3,
         "container": 0,
         "error": 0,
-        "hang": 3,  # issue 24's new cause, at its default (GOODPUT.md: DEFAULT_BUDGETS)
     }
 
 

@@ -21,15 +21,16 @@ from slurmkit import usage as rep
 from slurmkit.core.layout import SweepDir
 from slurmkit.errors import SpecError, UserError
 
-# Real rows of `sacct --parsable2 --duplicates --allocations` (FIELDS order): an array whose
-# task 1 was requeued, a failed task, a pending array record, a job that is no array.
+# Real rows of `sacct --parsable2 --duplicates --allocations` (FIELDS order; Eligible, the 6th,
+# added when the query gained it): an array whose task 1 was requeued, a failed task, a pending
+# array record, a job that is no array.
 REAL = """\
-2_0|3|COMPLETED|0:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:26|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
-2_1|4|REQUEUED|0:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:22|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
-2_2|2|FAILED|3:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:26|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
-2_1|4|COMPLETED|0:0|2026-12-02T03:42:26|2026-12-02T03:42:27|2026-12-02T03:42:35|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
-9_[4-6%2]|9|PENDING|0:0|2026-12-02T04:00:00|Unknown|Unknown|high|ml|alice||a|b
-7|7|CANCELLED by 0|0:15|2026-12-02T03:42:54|2026-12-02T03:42:55|2026-12-02T03:42:57|cpu|ml|bob|cpu=4|
+2_0|3|COMPLETED|0:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:26|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
+2_1|4|REQUEUED|0:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:22|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
+2_2|2|FAILED|3:0|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:18|2026-12-02T03:42:26|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
+2_1|4|COMPLETED|0:0|2026-12-02T03:42:26|2026-12-02T03:42:27|2026-12-02T03:42:27|2026-12-02T03:42:35|low|root|root|billing=1,cpu=1,gres/gpu=1,node=1|slurmkit:/runs/sw
+9_[4-6%2]|9|PENDING|0:0|2026-12-02T04:00:00|Unknown|Unknown|Unknown|high|ml|alice||a|b
+7|7|CANCELLED by 0|0:15|2026-12-02T03:42:54|2026-12-02T03:42:54|2026-12-02T03:42:55|2026-12-02T03:42:57|cpu|ml|bob|cpu=4|
 not|a|row
 """  # noqa: E501
 T0 = 1_800_000_000.0  # an epoch for synthetic rows

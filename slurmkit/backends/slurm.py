@@ -11,11 +11,11 @@ import pwd
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import store
-from ..core import states
+from ..core import badnodes, states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..core.fsutil import atomic_write_json
 from ..errors import SchedulerError, UserError
@@ -107,7 +107,11 @@ class SlurmBackend(Backend):
                     after.append(f"afterany:{jobs[-1]['job_id']}")
                 jobs.append(
                     {
-                        "job_id": sbatch(path, dependency=",".join(after) or None),
+                        "job_id": sbatch(
+                            path,
+                            dependency=",".join(after) or None,
+                            options=exclude_option(sweep.root, plan.spec.resources.extra),
+                        ),
                         "offset": chunk.offset,
                         "array": chunk.array_spec(),
                         "script": path,
@@ -382,14 +386,26 @@ def has_pyxis() -> bool:
     return "--container-image" in proc.stdout
 
 
+def exclude_option(sweep_dir: str, extra: Mapping[str, Any]) -> list[str]:
+    """``--exclude=`` the nodes excluded from this sweep (core/badnodes.py) and the spec's own
+    (``resources.extra.exclude``, which the command line would otherwise override); [] when the
+    sweep excludes none (the script's own option stands)."""
+    avoid = badnodes.excluded(sweep_dir)
+    if not avoid:
+        return []
+    own = extra.get("exclude")
+    return [f"--exclude={','.join(badnodes.merged(avoid, [own] if isinstance(own, str) else []))}"]
+
+
 def partitions() -> list[str]:
     proc = _run(["sinfo", "--noheader", "--format=%R"], timeout=30)
     return sorted(set(proc.stdout.split())) if proc.returncode == 0 else []
 
 
-def sbatch(script: str, *, dependency: str | None = None) -> str:
-    """Submit ``script`` (a path); return the job id. Slurm's refusal becomes a clear error."""
-    argv = ["sbatch", "--parsable"]
+def sbatch(script: str, *, dependency: str | None = None, options: Sequence[str] = ()) -> str:
+    """Submit ``script`` (a path) with ``options`` beside its own; return the job id. Slurm's
+    refusal becomes a clear error."""
+    argv = ["sbatch", "--parsable", *options]
     if dependency:
         argv.append(f"--dependency={dependency}")
     proc = _run([*argv, script])

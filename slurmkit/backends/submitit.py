@@ -183,10 +183,13 @@ class Trials:
         name = slurm_log_name(self.spec.logs.name, self.spec.name, False)
         logs = os.path.join(self.sweep_dir, "logs", name)
         separate = self.spec.logs.stderr == "separate"
+        avoid = slurm.exclude_option(self.sweep_dir, self.spec.resources.extra)
         extra = {
             **(params.get("additional_parameters") or {}),
             "output": f"{logs}.out",
             **({"error": f"{logs}.err"} if separate else {}),
+            # the nodes the sweep excludes (a resume), beside the spec's own
+            **({"exclude": avoid[0].partition("=")[2]} if avoid else {}),
         }
         return {**params, "stderr_to_stdout": not separate, "additional_parameters": extra}
 

@@ -20,6 +20,7 @@ from typing import Any
 from .contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
 from .fsutil import Damaged, read_json
 from .record import record
+from .search import Search
 
 # Seconds between the requeue signal and the time limit (Slurm's --signal=B:SIG@LEAD).
 DEFAULT_LEAD = 120
@@ -30,8 +31,16 @@ DEFAULT_BUDGETS: Mapping[str, int | None] = {
     "node_failure": 3,
     "container": 0,
     "error": 0,
-    "hang": 3,
 }
+# Causes added since the budgets above were the spec's defaults, with their default budget: it
+# applies wherever a budgets mapping lacks the cause (a spec's resolved requeue.budgets keep the
+# keys above; a sweep.json written before has none of these). `requeue.budgets` may set them.
+ADDED_BUDGETS: Mapping[str, int | None] = {
+    "node": 3,  # a failure attributed to its node (runtime/nodefault.py)
+    "hang": 3,  # the hang watchdog ended the attempt (runtime/hang.py)
+}
+# Attributed failures after which a node is excluded from the sweep (core/badnodes.py).
+DEFAULT_EXCLUDE_AFTER = 2
 
 
 def default_budgets() -> dict[str, int | None]:
@@ -47,6 +56,9 @@ class Policy:
     signal: str = DEFAULT_SIGNAL
     lead: int = DEFAULT_LEAD
     budgets: Mapping[str, int | None] = field(default_factory=default_budgets)
+    exclude_after: int = DEFAULT_EXCLUDE_AFTER  # 0: exclude no node
+    # the user's own node-fault signatures: {"patterns": [regex], "exit_codes": [int]}
+    node_fault: Mapping[str, Any] = field(default_factory=dict)
     # seconds without progress that make a hang; None: auto (runtime.hang), 0: no watchdog
     hang_timeout: int | None = None
 
@@ -57,7 +69,7 @@ NO_REQUEUE = Policy(enabled=False)
 
 @record
 class JobContract:
-    """What a job is told. The trial runtime reads ``command`` to ``stderr``; the function
+    """What a job is told. The trial runtime reads ``command`` to ``search``; the function
     supervisor reads ``folder`` and ``tasks``; both read ``requeue``, ``env_runtime`` and
     ``workdir``."""
 
@@ -74,6 +86,7 @@ class JobContract:
     data: tuple[Mapping[str, Any], ...] = ()
     container: bool = False  # the trial's step starts a container (its start can fail)
     stderr: str = "merged"  # logs.stderr: "separate" keeps the trial's stderr apart
+    search: Search | None = None  # early stopping: given to the trial as SLURMKIT_SEARCH
     # a function job (submitit's folder and the step's task count)
     folder: str = ""
     tasks: int = 1
@@ -100,6 +113,8 @@ class JobContract:
                 value = {**asdict(value), "budgets": dict(value.budgets)}
             elif name == "stderr":
                 name, value = "logs", {"stderr": value}
+            elif name == "search":
+                value = value.to_dict()
             elif isinstance(value, tuple):  # command, data
                 value = [v if isinstance(v, str) else dict(v) for v in value]
             elif isinstance(value, Mapping):
@@ -155,16 +170,35 @@ def _policy(raw: Any, source: str) -> Policy:
         v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in budgets.values()
     ):
         raise Damaged(source, "requeue.budgets: expected counts (or null: unlimited)")
+    after = _typed(raw, "exclude_after", int, "a count", source, "requeue.")
     hang_timeout = _typed(raw, "hang_timeout", int, "seconds", source, "requeue.")
     if hang_timeout is not None and hang_timeout < 0:
         raise Damaged(source, f"requeue.hang_timeout: expected seconds >= 0, got {hang_timeout}")
     return Policy(
         enabled=enabled,
-        hang_timeout=hang_timeout,
         signal=signal,
         lead=DEFAULT_LEAD if lead is None else lead,
         budgets={**DEFAULT_BUDGETS, **(budgets or {})},
+        exclude_after=DEFAULT_EXCLUDE_AFTER if after is None else after,
+        node_fault=_node_fault(raw.get("node_fault"), source),
+        hang_timeout=hang_timeout,
     )
+
+
+def _node_fault(raw: Any, source: str) -> dict[str, Any]:
+    """``requeue.node_fault``: ``patterns`` (strings) and ``exit_codes`` (integers)."""
+    if not raw:
+        return {}
+    patterns = raw.get("patterns") or [] if isinstance(raw, dict) else None
+    codes = raw.get("exit_codes") or [] if isinstance(raw, dict) else None
+    if not (
+        isinstance(patterns, list)
+        and isinstance(codes, list)
+        and all(isinstance(p, str) for p in patterns)
+        and all(isinstance(c, int) and not isinstance(c, bool) for c in codes)
+    ):
+        raise Damaged(source, "requeue.node_fault: expected {patterns: [str], exit_codes: [int]}")
+    return {"patterns": patterns, "exit_codes": codes}
 
 
 def _read(raw: Any, source: str) -> JobContract:
@@ -183,6 +217,7 @@ def _read(raw: Any, source: str) -> JobContract:
         raise Damaged(source, "data: expected a list of mappings")
     logs = _typed(raw, "logs", dict, "a mapping", source) or {}
     tasks = _typed(raw, "tasks", int, "a task count", source)
+    search = raw.get("search")
     return JobContract(
         requeue=_policy(raw.get("requeue"), source),
         env_runtime=_strings(raw, "env_runtime", source) or {},
@@ -196,6 +231,7 @@ def _read(raw: Any, source: str) -> JobContract:
         data=tuple(data),
         container=bool(raw.get("container")),
         stderr=str(logs.get("stderr") or "merged"),
+        search=None if search is None else Search.from_dict(search, source),
         folder=_typed(raw, "folder", str, "a path", source) or "",
         tasks=1 if tasks is None else tasks,
     )

@@ -12,6 +12,7 @@
       trials/ID/            status.json, metrics.json, metrics.jsonl, output.log
                             (and output.err with logs.stderr: separate), checkpoints.jsonl
                             (step and time of each checkpoint the trial committed)
+      nodes/TRIAL-N.json    a failure attributed to its node (core/badnodes.py)
 """
 
 from __future__ import annotations

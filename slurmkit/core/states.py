@@ -8,6 +8,7 @@ from __future__ import annotations
 PENDING = "PENDING"  # submitted, not started
 RUNNING = "RUNNING"
 COMPLETED = "COMPLETED"  # the command exited 0
+PRUNED = "PRUNED"  # stopped early by the sweep's search (core/search.py): ended well, exit 0
 FAILED = "FAILED"  # the command exited non-zero
 TERMINATED = "TERMINATED"  # stopped by a signal (cancel, time limit, preemption, node loss)
 CANCELLED = "CANCELLED"
@@ -21,6 +22,7 @@ DAMAGED = "DAMAGED"  # its status file (or manifest line) cannot be read: not co
 
 ORDER = (
     COMPLETED,
+    PRUNED,
     RUNNING,
     PENDING,
     REQUEUED,
@@ -34,8 +36,19 @@ ORDER = (
     DAMAGED,
     NOT_SUBMITTED,
 )
-FINAL = {COMPLETED, FAILED, TERMINATED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAIL, UNKNOWN, DAMAGED}
-SUCCESS = {COMPLETED}
+FINAL = {
+    COMPLETED,
+    PRUNED,
+    FAILED,
+    TERMINATED,
+    CANCELLED,
+    TIMEOUT,
+    PREEMPTED,
+    NODE_FAIL,
+    UNKNOWN,
+    DAMAGED,
+}
+SUCCESS = {COMPLETED, PRUNED}  # ended as asked: not to be run again, not a failure
 UNSUCCESSFUL = FINAL - SUCCESS  # `slurmkit status` exits 1 when a trial is in one of these
 ACTIVE = {PENDING, RUNNING, REQUEUED}  # still queued or running: not to be submitted again
 # a record that needs a live process (or its requeue) behind it: without one, it vanished

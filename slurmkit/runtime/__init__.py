@@ -1,7 +1,7 @@
 """Code that runs inside jobs: stdlib only at import, nothing from the login-node side.
 
-Training code uses :func:`params`, :func:`report`, :mod:`.preemption`, :class:`Checkpointer`
-and :mod:`.torchstate`; Slurm runs ``python -m slurmkit.runtime``.
+Training code uses :func:`params`, :func:`report` (and :class:`Pruned`), :mod:`.preemption`,
+:class:`Checkpointer` and :mod:`.torchstate`; Slurm runs ``python -m slurmkit.runtime``.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .report import params, report, trial_dir
+from .report import Pruned, params, report, trial_dir
 
 _LAZY = {"Checkpointer": "checkpoint", "CheckpointError": "checkpoint", "agree_step": "checkpoint"}
 
-__all__ = ["params", "report", "trial_dir", *_LAZY]
+__all__ = ["Pruned", "params", "report", "trial_dir", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -18,6 +18,7 @@ from . import early
 if __name__ == "__main__":
     early.hold()  # before the imports below, which are most of the runtime's start-up
 
+from ..core import states
 from ..core.layout import SweepDir
 from .trial import TrialRun
 
@@ -52,7 +53,8 @@ def run_trial(root: str, index: int) -> int:
         return 0
     try:
         if run.already_completed():
-            print(f"slurmkit.runtime: trial {run.id} already COMPLETED; not running it again")
+            ended = run.status.get("state", states.COMPLETED)
+            print(f"slurmkit.runtime: trial {run.id} already {ended}; not running it again")
             return 0
         stop_signals = {signal.SIGTERM, signal.SIGINT, getattr(signal, "SIG" + run.policy.signal)}
         early.release(run.terminate, stop_signals)

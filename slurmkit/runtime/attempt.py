@@ -21,6 +21,9 @@
   attempt record gets ``first_progress``, ``last_progress``, ``last_checkpoint`` and ``hang``.
 - **The decision**: :func:`~slurmkit.runtime.requeue.classify` and ``decide``, per-cause budgets
   over the earlier attempts; outside the policy an exit is COMPLETED, FAILED or TERMINATED.
+  An exit of its own that :meth:`Attempt.attribute` pins on the job's nodes
+  (:mod:`~slurmkit.runtime.nodefault`) is cause ``node``; the record keeps ``nodes`` (from
+  ``open``), ``blamed`` and ``evidence``.
 - **The environment contract**: ``env_runtime`` with its placeholders filled
   (:func:`runtime_env`) and ``SLURMKIT_REQUEUE_SIGNAL``.
 
@@ -48,7 +51,7 @@ from typing import Any
 from ..core import placeholders, states
 from ..core.contract import REQUEUE_EXIT
 from ..core.jobcontract import Policy
-from . import hang, requeue
+from . import hang, nodefault, requeue
 
 # Slurm's ids of the job, kept in each attempt's record.
 SLURM_KEYS = {
@@ -135,6 +138,8 @@ class Attempt:
         self._hold = getattr(signal, "SIG" + policy.signal) if on_slurm else None
         self._held = False  # the requeue signal came; the loop sends it once the step handles it
         self._unsent: list[int] = []  # came while the step was being started
+        self.nodes = nodefault.job_nodes()  # the job's nodes (SLURM_JOB_NODELIST)
+        self.blame: nodefault.Blame | None = None  # set by attribute(): a node's failure
         self.watchdog: hang.Watchdog | None = None  # set by a subclass that has progress
         self.hang_file: str | None = None  # where the watchdog writes the ranks' stacks
         self.step_job: str | None = None  # the Slurm job whose steps are the step's ranks
@@ -150,6 +155,8 @@ class Attempt:
         is not appended: the FAILED outcome is returned instead."""
         if attempts and attempts[-1].get("state") == states.RUNNING:
             attempts[-1].update(state=states.NODE_FAIL, cause="node_failure")
+            if len(attempts[-1].get("nodes") or []) == 1:  # vanished with its one node
+                attempts[-1].update(blamed=attempts[-1]["nodes"], evidence="vanished with its node")
             if self.on_slurm:
                 out = requeue.decide(
                     REQUEUE_EXIT, "node_failure", False, attempts[:-1], self.policy.budgets
@@ -163,6 +170,7 @@ class Attempt:
                 "start": time.time(),
                 "host": socket.gethostname(),
                 **{k: os.environ[v] for k, v in SLURM_KEYS.items() if v in os.environ},
+                **({"nodes": list(self.nodes)} if self.nodes else {}),
             }
         )
         return None
@@ -176,6 +184,8 @@ class Attempt:
             attempt["signals"] = list(self.signals)
         if self.info is not None:
             attempt["slurm"] = {k: self.info[k] for k in requeue.EVIDENCE if k in self.info}
+        if self.blame is not None:
+            attempt.update(blamed=list(self.blame.nodes), evidence=self.blame.evidence)
         if self.watchdog is not None:
             if self.watchdog.declared is None:
                 self.watchdog.look()  # the progress made since the last look
@@ -296,6 +306,22 @@ class Attempt:
             )
         return self.stop_cause
 
+    def attribute(self, code: int, output: str) -> nodefault.Blame | None:
+        """Whose failure this attempt's exit ``code`` was, from its ``output`` (under the policy,
+        for an exit of its own): :attr:`blame` when the evidence points at its nodes."""
+        hung = self.watchdog is not None and self.watchdog.declared is not None
+        if self.on_slurm and not self.signals and not hung and code not in (0, REQUEUE_EXIT):
+            fault = self.policy.node_fault
+            self.blame = nodefault.attribute(
+                code,
+                output,
+                self.nodes,
+                tasks_per_node=os.environ.get("SLURM_TASKS_PER_NODE", ""),
+                patterns=fault.get("patterns", ()),
+                exit_codes=fault.get("exit_codes", ()),
+            )
+        return self.blame
+
     def outcome(
         self, code: int, no_start: bool, earlier: Sequence[dict[str, Any]]
     ) -> tuple[requeue.Outcome, bool]:
@@ -309,7 +335,8 @@ class Attempt:
             why = f"hung: no progress for {watchdog.timeout or 0:.0f} s"
             return requeue.Outcome(states.FAILED, code, "hang", why), False
         if self.on_slurm:
-            cause = "container" if no_start else None
+            # a node's failure (attribute()) is requeued under the `node` budget
+            cause = "node" if self.blame else "container" if no_start else None
             by_slurm = False
             if self.signals:
                 cause = self.slurm_cause()

@@ -11,6 +11,10 @@ asked for its checkpoint when the requeue signal or SIGTERM arrives; the call it
 kept in ``trials/ID/checkpoint.pkl`` and the process exits 75 (requeue me). The next attempt
 calls that instead of the original. A callable that uses :mod:`slurmkit.runtime.preemption`
 itself (``should_stop`` / ``exit_for_requeue``) needs nothing from here.
+
+Search: a callable that calls ``slurmkit.report(step=..., METRIC=...)`` in a sweep with a
+``search`` block is judged at its rungs like any trial; when ``report()`` raises
+``slurmkit.Pruned`` the call ends there, keeps no result, and the trial ends PRUNED.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 from ..core.contract import REQUEUE_EXIT, requeue_signal
 from ..core.fsutil import atomic_write_bytes
-from .report import params, report
+from .report import Pruned, params, report
 
 FUNCTION = "function.pkl"
 RESULT = "result.pkl"
@@ -87,7 +91,10 @@ def main() -> int:
 
         for name in {requeue_signal(os.environ), "TERM"}:
             signal.signal(getattr(signal, f"SIG{name}"), stop)
-    value = fn(*args, **kwargs)
+    try:
+        value = fn(*args, **kwargs)
+    except Pruned:  # the sweep's search stopped it at a rung (report()): no result, exit 0
+        return 0
     atomic_write_bytes(os.path.join(trial_dir, RESULT), dumps(value))
     if os.path.exists(saved):
         os.unlink(saved)  # done: a rerun would start from the beginning, not the checkpoint

@@ -302,6 +302,7 @@ class Supervisor(Attempt):
                 )
             else:
                 no_start = not self.signals and requeue.container_failed(self.tail())
+                self.attribute(step_code, self.tail())  # its node's failure: cause `node`
                 earlier = self.record["attempts"][:-1]
                 outcome, by_slurm = self.outcome(step_code, no_start, earlier)
             if outcome.state != states.REQUEUED:

@@ -125,9 +125,18 @@ class Watchdog:
                 "timeout": self.timeout,
                 "file": hang_file,
                 "ranks": dict(sorted(self.seen.ranks.items(), key=lambda kv: int(kv[0]))),
-                **({"nodes": dict(sorted(self.nodes.items()))} if self.nodes else {}),
+                **({"nodes": self._per_node()} if self.nodes else {}),
             }
         return out
+
+    def _per_node(self) -> dict[str, float]:
+        """Each node's last progress (its ranks' latest): which node stopped first."""
+        out: dict[str, float] = {}
+        for rank, at in self.seen.ranks.items():
+            node = self.nodes.get(rank)
+            if node is not None:
+                out[node] = max(out.get(node, at), at)
+        return dict(sorted(out.items()))
 
 
 # --- signalling the step and writing the hang file -------------------------------------------

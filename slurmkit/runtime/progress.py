@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from ..core.contract import ENV_SIGNAL
-from .report import trial_dir
 
 DIRNAME = "progress"
 CHECKPOINT = "checkpoint"
@@ -49,6 +48,12 @@ EVERY = 1.0  # seconds between two touches of one process's rank file
 _next = 0.0  # when this process touches its rank file next
 _path: str | None = None  # this process's rank file ('': outside a trial)
 _stacks: IO[str] | None = None  # kept open: faulthandler writes to its descriptor
+
+
+def trial_dir() -> str | None:
+    """This trial's directory on the shared filesystem (``SLURMKIT_TRIAL_DIR``), or ``None``
+    outside a trial."""
+    return os.environ.get("SLURMKIT_TRIAL_DIR") or None
 
 
 def rank(env: Mapping[str, str] = os.environ) -> str:

@@ -8,16 +8,28 @@ import time
 from typing import Any
 
 from ..core.fsutil import atomic_write_json, read_json
+from . import pruning
+from .progress import heartbeat, trial_dir
+
+
+class Pruned(SystemExit):
+    """Raised by :func:`report` at a rung where the sweep's search stops this trial (its
+    decision is already in the trial's ``search.json``). Left uncaught it ends the process with
+    exit 0 and no traceback (it is a ``SystemExit``, so ``except Exception`` does not swallow
+    it); the runtime then records the trial as PRUNED. A loop that wants to clean up catches it:
+    ``except slurmkit.Pruned``."""
+
+    def __init__(self, message: str = "pruned") -> None:
+        super().__init__(0)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def params() -> dict[str, Any]:
     """This trial's parameters (dotted keys), from ``SLURMKIT_PARAMS``; ``{}`` outside a trial."""
     return json.loads(os.environ.get("SLURMKIT_PARAMS") or "{}")
-
-
-def trial_dir() -> str | None:
-    """This trial's directory on the shared filesystem, or ``None`` outside a trial."""
-    return os.environ.get("SLURMKIT_TRIAL_DIR") or None
 
 
 def _to_number(value: Any) -> Any:
@@ -35,10 +47,11 @@ def report(
 
     ``report(loss=0.1, acc=0.9, step=100)``. Outside a trial, prints one JSON line instead.
     In a trial, it is progress too (:func:`~slurmkit.runtime.progress.heartbeat`).
+    In a sweep with a ``search``, a report at a rung judges the trial and raises
+    :class:`Pruned` when it stops there (:mod:`slurmkit.runtime.pruning`); under a search only
+    rank 0 writes the metrics, and every rank must report at the same steps.
     """
-    from .progress import heartbeat  # report() is progress for the hang watchdog
-
-    heartbeat()
+    heartbeat()  # progress, for the hang watchdog
     values = {**(metrics or {}), **more}
     values = json.loads(json.dumps(values, default=_to_number))
     line = {"time": time.time(), **({"step": step} if step is not None else {}), **values}
@@ -46,6 +59,15 @@ def report(
     if directory is None:
         print(json.dumps(line), flush=True)
         return
+    search = pruning.trial(directory)
+    if search is None or search.rank == 0:
+        _write(directory, line, values, step)
+    if search is not None:
+        search.check(step, values)
+
+
+def _write(directory: str, line: dict[str, Any], values: dict[str, Any], step: int | None) -> None:
+    """Append ``line`` to metrics.jsonl; merge ``values`` (and ``step``) into metrics.json."""
     with open(os.path.join(directory, "metrics.jsonl"), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
     path = os.path.join(directory, "metrics.json")

@@ -9,6 +9,8 @@ SLURMKIT_TRIAL_INDEX   its index in trials.jsonl
 SLURMKIT_TRIAL_DIR     SWEEP_DIR/trials/ID: status.json, metrics.json, output.log
 SLURMKIT_PARAMS        the parameters as a JSON object (dotted keys)
 SLURMKIT_ATTEMPT       1 on the first run, 2 after one requeue or resume, ...
+SLURMKIT_SEARCH        the sweep's ``search`` block as JSON (only when it has one):
+                       ``slurmkit.report()`` judges the trial at its rungs (runtime/pruning.py)
 =====================  ==========================================================
 """
 
@@ -23,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from ..core import pids, states
+from ..core import pids, search, states
 from ..core.contract import (
     ALREADY_REQUEUED,
     ENV_SIGNAL,
@@ -36,12 +38,13 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import containers, datacache, hang, requeue
+from . import containers, datacache, hang, nodefault, pruning, requeue
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
 # its heartbeat, and its claim is stale after STALE_AFTER.
 CLAIM_WAIT = STALE_AFTER + 2 * HEARTBEAT
+PRUNED_WHY = "pruned by the search (see its search.json)"
 
 
 def param_args(params: dict[str, Any], style: str) -> list[str]:
@@ -96,6 +99,8 @@ def step(
         "SLURMKIT_ATTEMPT": str(attempt),
         ENV_SIGNAL: signal,
     }
+    if cfg.search is not None:
+        env[pruning.ENV] = json.dumps(cfg.search.to_dict())
     launch = cfg.launch
     if launch.get("step"):  # srun: several tasks or nodes, a container, a launcher
         env.update(rendezvous(env))
@@ -189,7 +194,31 @@ class TrialRun(Attempt):
         self._claim.release()
 
     def already_completed(self) -> bool:
-        return self._read_status().get("state") == states.COMPLETED
+        """Whether the trial has ended as asked (COMPLETED or PRUNED): not to be run again. A
+        trial whose search decision says pruned but whose status does not (stopped between the
+        two) is recorded PRUNED here."""
+        status = self._read_status()
+        if status.get("state") in states.SUCCESS:
+            self.status = status
+            return True
+        if self._pruned():
+            self.status = status or {"id": self.id, "index": self.row["index"], "attempts": []}
+            attempts = self.status.setdefault("attempts", [])
+            if attempts and attempts[-1].get("state") == states.RUNNING:
+                attempts[-1].update(state=states.PRUNED, exit_code=0, end=time.time())
+            self._record(states.PRUNED, 0, reason=PRUNED_WHY)
+            return True
+        return False
+
+    def _pruned(self) -> bool:
+        """The trial's search decisions say it was pruned (and it was not resumed unpruned)."""
+        if self.config.search is None:
+            return False
+        try:
+            known = search.decisions(self.dir) or {}
+        except ValueError:  # damaged: judged again at its rungs
+            return False
+        return bool(known.get("pruned")) and not known.get("exempt")
 
     def _read_status(self) -> dict[str, Any]:
         """status.json, or ``{}`` when there is none. A damaged one (not a record of attempts)
@@ -218,7 +247,10 @@ class TrialRun(Attempt):
             "index": self.row["index"],
             "attempts": [],
         }
+        before = self.status["attempts"][-1] if self.status["attempts"] else None
         spent = self.open(self.status["attempts"])
+        if before is not None and before.get("cause") == "node_failure":  # vanished: its node
+            nodefault.note(self.sweep.root, self.id, before, self.policy.exclude_after)
         if spent is not None:  # the node_failure budget is spent: it does not run again
             self._record(spent.state, spent.code, cause=spent.cause, reason=spent.reason)
             return
@@ -383,8 +415,19 @@ class TrialRun(Attempt):
             and self.config.container
             and requeue.container_failed(self._output_tail())
         )
+        if self.attribute(code, self._output_tail()):
+            self.blame = nodefault.unless_widespread(self.sweep.root, self.blame)
         outcome, by_slurm = self.outcome(code, no_start, self.status["attempts"][:-1])
+        if self._pruned():  # report() raised Pruned: the trial ends well, whatever came after
+            outcome, by_slurm = requeue.Outcome(states.PRUNED, 0, reason=PRUNED_WHY), False
         self.close(attempt, outcome, code)
+        nodefault.note(
+            self.sweep.root,
+            self.id,
+            attempt,
+            self.policy.exclude_after,
+            self.blame.kind if self.blame else None,
+        )
         self._record(outcome.state, code, cause=outcome.cause, reason=outcome.reason)
         self._remove_container()
         if by_slurm and outcome.code == REQUEUE_EXIT:

@@ -9,7 +9,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import SpecError, reject_unknown
-from .keys import KEY, Key, names
+from .key import Key
+from .keys import KEY, names
 
 _TYPES = {"str": str, "int": int, "positive": int, "bool": bool, "word": str}
 _PATTERNS: dict[str, re.Pattern[str]] = {}  # the table's patterns, compiled when first used

@@ -4,39 +4,21 @@ From :data:`KEYS` come the key names every block allows (:mod:`.model`), the gen
 :mod:`.check` (kind, allowed values, pattern, bounds, with their messages), the README's key
 reference and ``slurmkit schema``'s JSON Schema (:mod:`.schema`). What one key's value alone
 cannot say (a value checked against another key's, a command line split, a Slurm time) stays in
-:mod:`.validate`; a block with a validator of its own names it in ``checked``.
+:mod:`.validate`; a block with a validator of its own names it in ``checked``. What a key
+record holds, and the kinds of value: :mod:`.key`.
 
 Stdlib only (and core's and the override parser's constants): every submit imports it.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
-from typing import Any
-
 from ..core.contract import DEFAULT_SIGNAL, LEFT_TO_CLUSTER, SIGNALS
-from ..core.jobcontract import DEFAULT_BUDGETS, DEFAULT_LEAD
+from ..core.jobcontract import DEFAULT_BUDGETS, DEFAULT_EXCLUDE_AFTER, DEFAULT_LEAD
 from ..core.profiles import PROFILES
-from ..core.record import record
+from ..core.search import METHODS, MODES
 from ..overrides import MAX_SWEEP_SIZE
+from .key import Key
 
-# The kinds of value (see schema.KINDS for what each is in JSON Schema and in the README):
-#   str, int, bool          a YAML string, integer (not a boolean), boolean
-#   positive                an integer >= 1
-#   choice                  one of ``choices`` (no type check first: ``5 is not allowed``)
-#   word                    a string; an integer is taken as its text (``switches: 1``)
-#   text                    any value, taken as its text (``mem: 16384``)
-#   gpus, time, command     a GPU count, a Slurm time, a command line (validate.py reads them)
-#   params                  the search space (validate.param_space)
-#   block                   a mapping of the keys below it (``resources.time`` is in ``resources``)
-#   blocks                  a list of such mappings (``data``: ``data.src`` is each item's src)
-#   map                     names to values (``env``) of the kind ``items``; ``pattern`` is the
-#                           names' (``choices``: the names allowed)
-#   list                    a list of ``items`` (``container.mounts``); ``pattern`` is theirs
-#   alias                   another name of the key ``alias`` (``cpus_per_task`` is ``cpus``)
-# and, as ``items`` only: scalar (a string, integer or boolean), option (a string, number or
-# boolean), paths (a path or a list of them), count (an integer >= 0, or null), label (a
-# string or integer), mount (``SRC[:DST[:FLAGS]]`` or ``{src, dst, flags}``).
 SLURM_WORD = r"^[A-Za-z0-9_.,:|&!*()\[\]+=@/-]+$"  # what goes into #SBATCH / srun unquoted
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ARG_STYLES = ("hydra", "argparse", "none")
@@ -52,46 +34,8 @@ LOG_TOKENS = {
     "u": "user",
 }
 DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "hang")
+CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "node", "hang")
 BUDGETS = dict(DEFAULT_BUDGETS)  # the job contract's: each default is written once, in core
-
-
-@record
-class Key:
-    """One spec key. ``path`` is dotted (an item of a ``blocks`` list has its list's path:
-    ``data.src``); ``mismatch`` and ``hint`` word the error of a value (of a map: a name)
-    that fails ``choices``, ``pattern`` or ``maximum`` (``{value!r}``, ``{type}``,
-    ``{allowed}``, ``{maximum:,}`` filled in; by default ``... is not allowed``); a block or map
-    that is no mapping is ``must be a mapping of WHAT`` (a block's ``mismatch`` if it has one)
-    with ``example`` as its hint (a block's default: its allowed keys). ``config``: the user
-    config may set it too; ``resumable``: ``sweep --resume DIR KEY=VALUE`` may change it;
-    ``checked``: the function that checks the value when the generic checks do not (the table
-    still describes it); ``falsy``: any false value is "not given", as it always was there."""
-
-    path: str
-    kind: str
-    help: str
-    default: Any = None  # None: not given (what a YAML null also says)
-    shown: str | None = None  # the default as the README shows it, where it is computed
-    required: bool = False
-    choices: tuple[str, ...] = ()
-    pattern: str | None = None  # a value's text matches it (Python's re and ECMA 262 alike)
-    mismatch: str | None = None
-    hint: str | None = None
-    maximum: int | None = None
-    what: str | None = None
-    items: str | None = None  # the kind of a map's values or a list's items
-    example: str | None = None
-    alias: str | None = None
-    config: bool = False
-    resumable: bool = False
-    checked: str | None = None
-    falsy: bool = False  # any false value (false, 0, '', [], {}) counts as not given
-
-    @cached_property
-    def name(self) -> str:
-        """The key's own name (the last part of its path)."""
-        return self.path.rpartition(".")[2]
 
 
 def _word(path: str, help: str, kind: str = "str", *, srun: bool = False) -> Key:
@@ -230,6 +174,20 @@ KEYS: tuple[Key, ...] = (
         resumable=True,
     ),
     Key(
+        "search",
+        "block",
+        "early stopping, judged in each trial's `report()` ([above](#early-stopping-search-asha))",
+        example="search: {metric: val_loss, max_resource: 27}",
+        checked="spec.searchblock.search_block",
+    ),
+    Key("search.method", "choice", "the rule", default="asha", choices=METHODS, hint=_ALLOWED),
+    Key("search.metric", "str", "the reported key it judges", required=True, mismatch=_REQUIRED),
+    Key("search.mode", "choice", "which is better", default="min", choices=MODES, hint=_ALLOWED),
+    Key("search.resource", "str", "`step` or another reported key", default="step"),
+    Key("search.min_resource", "number", "the first rung", default=1),
+    Key("search.max_resource", "number", "a whole trial's; no rung from there on", required=True),
+    Key("search.reduction_factor", "positive", "rungs' ratio; 1 in it goes on (>= 2)", default=3),
+    Key(
         "output_root",
         "str",
         "where sweep directories go (use the shared filesystem)",
@@ -336,7 +294,7 @@ KEYS: tuple[Key, ...] = (
         default=DEFAULT_SIGNAL,
         choices=SIGNALS,
         hint=_ALLOWED,
-        checked="validate._requeue",
+        checked="spec.requeueblock.requeue_block",
     ),
     Key(
         "requeue.lead",
@@ -352,12 +310,13 @@ KEYS: tuple[Key, ...] = (
         "an integer is seconds, a string a Slurm time (`'10:00'`; `'20'` is 20 minutes, as in "
         "`resources.time`); `0`: off; at least 5 s",
         shown="auto: max(10 × the median interval, 5 min) once a trial has reported 5 times",
-        checked="validate._requeue",
+        checked="spec.requeueblock.requeue_block",
     ),
     Key(
         "requeue.budgets",
         "map",
-        "requeues allowed per cause (`null`: unlimited)",
+        "requeues allowed per cause (`null`: unlimited); `node` (a failure attributed to its "
+        "node) and `hang` (the hang watchdog ended it) are 3 unless given",
         default=BUDGETS,
         choices=CAUSES,
         what="cause to count",
@@ -365,8 +324,41 @@ KEYS: tuple[Key, ...] = (
         mismatch="unknown cause {value!r}",
         hint="allowed causes: {allowed}",
         example="causes: {allowed}; null = unlimited",
-        checked="validate._requeue",
+        checked="spec.requeueblock.requeue_block",
         falsy=True,
+    ),
+    Key(
+        "requeue.exclude_after",
+        "int",
+        "a node blamed for this many failures of a sweep's trials is excluded from the sweep "
+        "(`--exclude`; at most a quarter of the partition); `0`: never",
+        default=DEFAULT_EXCLUDE_AFTER,
+        checked="spec.requeueblock.requeue_block",
+    ),
+    Key(
+        "requeue.node_fault",
+        "block",
+        "your own signs of a bad node, beside the built-in ones (CUDA ECC errors, NCCL's "
+        "`unhandled system error`, `No CUDA GPUs are available`, a read-only mount, a container "
+        "or self-check that did not start): a failure showing one is requeued under the `node` "
+        "budget and counts against its node",
+        example="node_fault: {patterns: ['Xid 79'], exit_codes: [139]}",
+    ),
+    Key(
+        "requeue.node_fault.patterns",
+        "list",
+        "regular expressions (Python's) matched against each line of the failed attempt's output",
+        items="str",
+        falsy=True,
+        checked="spec.requeueblock.requeue_block",
+    ),
+    Key(
+        "requeue.node_fault.exit_codes",
+        "list",
+        "exit codes that mean the node failed",
+        items="int",
+        falsy=True,
+        checked="spec.requeueblock.requeue_block",
     ),
     Key(
         "container",

@@ -6,6 +6,7 @@ from dataclasses import asdict, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..core.record import record
+from ..core.search import Search
 from ..core.values import Choice, Distribution, format_value
 from . import keys
 
@@ -69,6 +70,8 @@ class Requeue:
     signal: str = _D["requeue.signal"]
     lead: int = _D["requeue.lead"]
     budgets: dict[str, int | None] = field(default_factory=lambda: dict(keys.BUDGETS))
+    exclude_after: int = _D["requeue.exclude_after"]
+    node_fault: dict[str, Any] = field(default_factory=dict)  # {patterns, exit_codes}
     hang_timeout: int | None = None  # seconds; None: auto, 0: off (runtime.hang)
 
 
@@ -129,6 +132,7 @@ class SweepSpec:
     data: tuple[DataEntry, ...] = ()  # datasets staged before the trials start (slurmkit.data)
     # attribution ({team: nlp}): kept in sweep.json for `slurmkit report --by label`
     labels: dict[str, str] = field(default_factory=dict)
+    search: Search | None = None  # early stopping (core/search.py)
     source: str = CLI
     params_text: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -156,6 +160,7 @@ class SweepSpec:
             data=[asdict(d) for d in self.data],
             labels=dict(self.labels),
             container=self.container.to_dict() if self.container else None,
+            search=self.search.to_dict() if self.search else None,
         )
         data["params"] = {k: self.params_text.get(k, _written(v)) for k, v in self.params.items()}
         return data

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .keys import KEY, KEYS, Key, below
+from .key import Key
+from .keys import KEY, KEYS, below
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 BEGIN = "<!-- spec keys: generated from slurmkit/spec/keys.py by `make readme-keys` -->"
@@ -33,6 +34,7 @@ KINDS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "str": ("string", {"type": "string"}),
     "int": ("integer", {"type": "integer"}),
     "positive": ("integer ≥ 1", {"type": "integer", "minimum": 1}),
+    "number": ("number > 0", {"type": "number", "exclusiveMinimum": 0}),
     "bool": ("true/false", {"anyOf": [{"type": "boolean"}, {"enum": _YAML11_BOOLS}]}),
     "switch": ("true/false or a word", None),
     "choice": ("one of", {}),

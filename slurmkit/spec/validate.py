@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core import slurmtime
-from ..core.contract import SIGNALS
 from ..core.values import Choice, Distribution, OverrideError
 from ..errors import SpecError, reject_unknown
 from ..overrides import parse_value
@@ -35,10 +34,11 @@ from .model import (
     DataEntry,
     Domain,
     Logs,
-    Requeue,
     Resources,
     SweepSpec,
 )
+from .requeueblock import requeue_block
+from .searchblock import search_block
 
 ALIASES = {k.name: k.alias for k in KEYS if k.alias}  # resources keys: alias -> key
 # Options slurmkit renders itself: setting them through `extra` would break the sweep.
@@ -153,10 +153,11 @@ def validate(
         workdir=workdir,
         source=source,
         params_text=dict(params_text or {}),
-        requeue=_requeue(data, source, resources.time),
+        requeue=requeue_block(data, source, resources.time),
         logs=_logs(data, source),
         data=_data(data, source),
         labels=_labels(data, resources, source),
+        search=search_block(data, source),
     )
 
 
@@ -557,73 +558,3 @@ def _extra(raw: Mapping[str, Any], source: str) -> dict[str, str | int | bool]:
             )
         extra[key] = found
     return extra
-
-
-# The shortest requeue.hang_timeout: progress is seen to within ~2 s (runtime.progress, hang).
-MIN_HANG_TIMEOUT = 5
-
-
-def _requeue(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
-    if data.get("requeue") is None:
-        return Requeue()
-    raw = mapping(data, "requeue", source)
-    enabled = read(raw, "requeue.enabled", source)
-    sig = str(typed(raw, "requeue.signal", source)).upper()
-    sig = sig[3:] if sig.startswith("SIG") else sig
-    if sig not in SIGNALS:
-        raise error("requeue.signal", raw.get("signal"), source)
-    lead = read(raw, "requeue.lead", source)
-    limit = slurmtime.parse_seconds(time) if time else None
-    if limit is not None and lead >= limit:
-        raise SpecError(
-            f"lead {lead} s is not shorter than the time limit ({time})",
-            file=source,
-            key="requeue.lead",
-            hint="the signal must come before the limit",
-        )
-    budgets = dict(Requeue().budgets)
-    for cause, count, where in entries(raw, "requeue.budgets", source):
-        if count is not None and (
-            isinstance(count, bool) or not isinstance(count, int) or count < 0
-        ):
-            raise SpecError(f"expected a count >= 0 or null, got {count!r}", file=source, key=where)
-        budgets[cause] = count
-    return Requeue(
-        enabled=enabled,
-        signal=sig,
-        lead=lead,
-        budgets=budgets,
-        hang_timeout=_hang_timeout(raw.get("hang_timeout"), source),
-    )
-
-
-def _hang_timeout(value: Any, source: str) -> int | None:
-    """``requeue.hang_timeout`` in seconds: an integer is seconds, a string a Slurm time
-    (``0`` and ``UNLIMITED``: off); None where not given (auto)."""
-    if value is None:
-        return None
-    hint = f"seconds (an integer) or a Slurm time ({slurmtime.ACCEPTED}); 0 turns it off"
-    seconds: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        seconds = value
-    elif isinstance(value, str):
-        try:
-            seconds = 0 if value.strip() == "0" else (slurmtime.parse_seconds(value) or 0)
-        except ValueError as exc:
-            raise SpecError(str(exc), file=source, key="requeue.hang_timeout", hint=hint) from None
-    if seconds is not None and 0 < seconds < MIN_HANG_TIMEOUT:
-        raise SpecError(
-            f"{seconds} s is shorter than the watchdog can tell (progress is written once a "
-            "second, and read once a second)",
-            file=source,
-            key="requeue.hang_timeout",
-            hint=f"0 (off) or at least {MIN_HANG_TIMEOUT} s",
-        )
-    if seconds is not None:
-        return seconds
-    raise SpecError(
-        f"expected seconds or a Slurm time, got {value!r}",
-        file=source,
-        key="requeue.hang_timeout",
-        hint=hint,
-    )

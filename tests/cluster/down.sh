@@ -4,6 +4,7 @@
 # Usage: down.sh [--purge]   --purge also removes $SLURMKIT_TEST_CLUSTER_DIR.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/cluster/common.sh
 source "$HERE/common.sh"
 
 PURGE=0
@@ -69,13 +70,15 @@ node_pids() {
 }
 
 rc=0
-slurm=($(pids "$RUN/slurmctld.pid" slurmctld))
-for n in "${NODES[@]}"; do slurm+=($(pids "$RUN/slurmd-$n.pid" slurmd)); done
+mapfile -t slurm < <(pids "$RUN/slurmctld.pid" slurmctld)
+for n in "${NODES[@]}"; do mapfile -t -O "${#slurm[@]}" slurm < <(pids "$RUN/slurmd-$n.pid" slurmd); done
+# stop SECONDS LISTER ARGS...: stop the processes that LISTER ARGS prints, one pid a line.
+stop_listed() { local -a found; mapfile -t found < <("${@:2}"); stop "$1" "${found[@]}"; }
 stop 5 "${slurm[@]}" || rc=1
-stop 0 $(node_pids) || rc=1
-stop 5 $(pids "$RUN/slurmdbd.pid" slurmdbd) || rc=1
-stop 15 $(pids "$RUN/mariadbd.pid" mariadbd) || rc=1
-stop 5 $(pids "$MUNGE_PID" munged) || rc=1
+stop_listed 0 node_pids || rc=1
+stop_listed 5 pids "$RUN/slurmdbd.pid" slurmdbd || rc=1
+stop_listed 15 pids "$RUN/mariadbd.pid" mariadbd || rc=1
+stop_listed 5 pids "$MUNGE_PID" munged || rc=1
 ((rc)) && exit "$rc"
 rm -f "$RUN"/*.pid "$RUN"/*.ns "$MUNGE_PID"
 

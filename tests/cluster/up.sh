@@ -8,6 +8,7 @@
 # the last line on stderr.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/cluster/common.sh
 source "$HERE/common.sh"
 
 ACCT=${SLURMKIT_TEST_ACCOUNTING:-0}
@@ -180,6 +181,7 @@ start_slurmctld() {
 # (mpi.conf's PMIxCliTmpDirBase), or two nodes of this one host collide there.
 start_slurmd() {
   mkdir -p "$DIR/pmix" "$DIR/pmix-$1"
+  # shellcheck disable=SC2016  # the script of sh -c, which expands its own arguments
   unshare --uts --mount --propagation private /bin/sh -c \
     'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$4-$1" "$4" && exec slurmd -f "$3" -N "$1"' \
     sh "$1" "$DIR/hosts" "$CONF" "$DIR/pmix" </dev/null >>"$DIR/log/slurmd-$1.out" 2>&1 9>&- ||
@@ -208,7 +210,7 @@ else
   unshare --uts --mount true 2>/dev/null || cannot "unshare --uts --mount is not permitted here"
   "$HERE/down.sh" >&2
   mkdir -p "$RUN" "$DIR/log" "$DIR/state"
-  mkdir -p -m 0711 "$DIR/munge"
+  mkdir -p "$DIR/munge" && chmod 0711 "$DIR/munge"
   touch "$DIR/.slurmkit-test-cluster"
   for n in "${NODES[@]}"; do mkdir -p "$DIR/spool/slurmd-$n"; done
   render_conf >"$CONF"

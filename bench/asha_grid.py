@@ -1,0 +1,152 @@
+"""ASHA against the full grid, same run, on the local backend (issue 25, Proof and Performance).
+
+    python bench/asha_grid.py                       # both workloads, 81 trials each
+    python bench/asha_grid.py --only curve --max-parallel 4
+
+Each workload runs twice, one after the other, on the same 81 configurations: every trial to
+``max_resource`` (the grid), then the same sweep under ``search: asha`` (min_resource 1,
+max_resource 27, reduction_factor 3: rungs at epochs 1, 3 and 9). Workloads:
+
+- ``train``: ``examples/train.py`` (an MLP on synthetic data, CPU), 9 learning rates x 3 widths
+  x 3 batch sizes, 27 epochs, ``val_loss`` (its test loss) reported every epoch;
+- ``curve``: the synthetic curve of the cluster proof (``tests/payloads/asha_curve.py``):
+  ``val_loss = q / 81 + 1 / epoch``, its ranking known, ``epoch_time`` s per epoch.
+
+Per run: the trial-epochs run (the last epoch each trial reported), the trials' run time (the
+runtime's attempt records: process start-up included), the best configuration (lowest
+``val_loss`` at epoch 27 among the trials that got there) and its loss. Targets: ASHA's best is
+the grid's, or within 1 % of its loss; its trial-epochs and run time are at most 1/3 of the
+grid's. The run time splits into a start-up per trial and a cost per epoch, both solved from
+the two runs' figures (``run = trials x start-up + epochs x per-epoch``): where start-up
+dominates (a CPU toy, torch imported by every trial on a loaded 2-core VM), the run-time ratio
+says more about start-up than about the search; net of start-up it is the epochs' ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import slurmkit  # noqa: E402
+
+EPOCHS = 27
+TRIALS = 81  # each workload's configurations
+SEARCH = (
+    "search: {method: asha, metric: val_loss, mode: min, resource: step, min_resource: 1, "
+    f"max_resource: {EPOCHS}, reduction_factor: 3}}\n"
+)
+WORKLOADS = {
+    "train": f"""
+name: train
+command: [python, {ROOT / "examples" / "train.py"}]
+params:
+  lr: [0.003, 0.006, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]
+  hidden: [16, 64, 256]
+  batch_size: [32, 64, 128]
+  epochs: [{EPOCHS}]
+  eval_every: [1]
+""",
+    "curve": f"""
+name: curve
+command: [python, {ROOT / "tests" / "payloads" / "asha_curve.py"}]
+params: {{i: 'range(0,81)', epochs: [{EPOCHS}], epoch_time: [0.02]}}
+""",
+}
+
+
+def run(body: str, where: Path, max_parallel: int) -> dict[str, Any]:
+    """One sweep of ``body`` on the local backend; its figures."""
+    where.mkdir(parents=True)
+    spec = where / "spec.yaml"
+    spec.write_text(body + f"output_root: {where}\nmax_parallel: {max_parallel}\n")
+    began = time.monotonic()
+    sw = slurmkit.Sweep.load(str(spec)).submit(backend="local", progress=False)
+    wall = time.monotonic() - began
+    root = Path(sw.sweep_dir)
+    epochs, run_s, finals = 0, 0.0, {}
+    for row in sw.trials:
+        trial = root / "trials" / row["id"]
+        lines = [json.loads(x) for x in (trial / "metrics.jsonl").read_text().splitlines()]
+        curve = {x["step"]: x["val_loss"] for x in lines if "val_loss" in x}
+        epochs += max(curve, default=0)
+        if EPOCHS in curve:
+            finals[json.dumps(row["params"], sort_keys=True)] = curve[EPOCHS]
+        status = json.loads((trial / "status.json").read_text())
+        run_s += sum(a["end"] - a["start"] for a in status["attempts"])
+    best = min(finals, key=finals.__getitem__)
+    return {
+        "counts": sw.status().counts,
+        "epochs": epochs,
+        "run_s": run_s,
+        "wall_s": wall,
+        "best": json.loads(best),
+        "best_loss": finals[best],
+    }
+
+
+def compare(name: str, max_parallel: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"asha-{name}-") as tmp:
+        grid = run(WORKLOADS[name], Path(tmp) / "grid", max_parallel)
+        asha = run(WORKLOADS[name] + SEARCH, Path(tmp) / "asha", max_parallel)
+    # run time = trials x start-up + trial-epochs x epoch: the two runs' figures solved for both
+    per_epoch = (grid["run_s"] - asha["run_s"]) / (grid["epochs"] - asha["epochs"])
+    start_up = (grid["run_s"] - grid["epochs"] * per_epoch) / TRIALS
+    same = asha["best"] == grid["best"]
+    close = asha["best_loss"] <= grid["best_loss"] * 1.01
+    return {
+        "workload": name,
+        "grid": grid,
+        "asha": asha,
+        "epochs_ratio": asha["epochs"] / grid["epochs"],
+        "run_ratio": asha["run_s"] / grid["run_s"],
+        "wall_ratio": asha["wall_s"] / grid["wall_s"],
+        "per_epoch_s": per_epoch,
+        "start_up_s": start_up,
+        "same_best": same,
+        "loss_gap": asha["best_loss"] / grid["best_loss"] - 1,
+        "ok": (same or close) and asha["epochs"] <= grid["epochs"] / 3,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=sorted(WORKLOADS))
+    parser.add_argument("--max-parallel", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+    os.environ.setdefault("SLURMKIT_PYTHON", sys.executable)
+    for name in [args.only] if args.only else ["curve", "train"]:
+        r = compare(name, args.max_parallel)
+        g, a = r["grid"], r["asha"]
+        print(f"## {name} (81 trials, max_parallel {args.max_parallel})")
+        print("| run | states | trial-epochs | trial run time | wall | best | its val_loss |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for label, x in (("grid", g), ("asha", a)):
+            print(
+                f"| {label} | {x['counts']} | {x['epochs']} | {x['run_s']:.1f} s | "
+                f"{x['wall_s']:.1f} s | {x['best']} | {x['best_loss']:.5f} |"
+            )
+        print(
+            f"asha/grid: trial-epochs {r['epochs_ratio']:.3f}, run time {r['run_ratio']:.3f}, "
+            f"wall {r['wall_ratio']:.3f}; same best: {r['same_best']} (loss gap "
+            f"{100 * r['loss_gap']:+.2f} %); targets met: {r['ok']}"
+        )
+        print(
+            f"run time = trials x {r['start_up_s']:.2f} s (start-up) + trial-epochs x "
+            f"{r['per_epoch_s']:.3f} s (both runs solved): start-up is "
+            f"{100 * TRIALS * r['start_up_s'] / a['run_s']:.0f} % of asha's run time, "
+            f"{100 * TRIALS * r['start_up_s'] / g['run_s']:.0f} % of the grid's\n",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
