@@ -31,11 +31,6 @@ DEFAULT_BUDGETS: Mapping[str, int | None] = {
     "node_failure": 3,
     "container": 0,
     "error": 0,
-}
-# Causes added since the budgets above were the spec's defaults, with their default budget: it
-# applies wherever a budgets mapping lacks the cause (a spec's resolved requeue.budgets keep the
-# keys above; a sweep.json written before has none of these). `requeue.budgets` may set them.
-ADDED_BUDGETS: Mapping[str, int | None] = {
     "node": 3,  # a failure attributed to its node (runtime/nodefault.py)
     "hang": 3,  # the hang watchdog ended the attempt (runtime/hang.py)
 }

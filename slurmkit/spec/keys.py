@@ -34,7 +34,7 @@ LOG_TOKENS = {
     "u": "user",
 }
 DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "node", "hang")
+CAUSES = tuple(DEFAULT_BUDGETS)  # every cause has a default budget
 BUDGETS = dict(DEFAULT_BUDGETS)  # the job contract's: each default is written once, in core
 
 
@@ -315,8 +315,8 @@ KEYS: tuple[Key, ...] = (
     Key(
         "requeue.budgets",
         "map",
-        "requeues allowed per cause (`null`: unlimited); `node` (a failure attributed to its "
-        "node) and `hang` (the hang watchdog ended it) are 3 unless given",
+        "requeues allowed per cause (`null`: unlimited); `node`: a failure attributed to its "
+        "node, `hang`: the hang watchdog ended it",
         default=BUDGETS,
         choices=CAUSES,
         what="cause to count",
