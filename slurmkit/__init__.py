@@ -7,6 +7,7 @@ the in-job runtime (:mod:`slurmkit.runtime`) load on first use.
 from __future__ import annotations
 
 import importlib
+import os as _os
 from typing import Any
 
 __version__ = "0.1.0"
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "report": ("slurmkit.runtime.report", "report"),
     "params": ("slurmkit.runtime.report", "params"),
+    "heartbeat": ("slurmkit.runtime.progress", "heartbeat"),
     "Pruned": ("slurmkit.runtime.report", "Pruned"),
     "load": ("slurmkit.spec", "load"),
     "submit": ("slurmkit.sweep", "submit"),
@@ -26,6 +28,9 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+if _os.environ.get("SLURMKIT_TRIAL_DIR"):  # in a trial: its stacks can be dumped on a hang
+    importlib.import_module("slurmkit.runtime.progress").arm()
 
 
 def __getattr__(name: str) -> Any:

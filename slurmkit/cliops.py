@@ -503,17 +503,33 @@ def render_exact(args: tuple[str, ...], index: int, as_json: bool) -> None:
 @click.option(
     "--stderr", is_flag=True, help="Show the stderr file (specs with logs.stderr: separate)."
 )
+@click.option(
+    "--hang", is_flag=True, help="Show the stacks of each attempt the hang watchdog ended."
+)
 @guarded
-def logs(sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool) -> None:
+def logs(
+    sweep_dir: str, trial: str, follow: bool, slurm_log: bool, stderr: bool, hang: bool
+) -> None:
     """Print a trial's output (TRIAL: its index or a prefix of its id).
 
     \b
     Examples:
       slurmkit logs runs/lr-20261130-101500 3
       slurmkit logs runs/lr-20261130-101500 9f2c1a -f
+      slurmkit logs runs/lr-20261130-101500 3 --hang
     """
-    from .steer import log_path, trial_ended  # steer: status and the sweep directory
+    from .steer import hang_files, log_path, trial_ended  # steer: status and the sweep directory
 
+    if hang:
+        if follow or slurm_log or stderr:
+            raise click.UsageError("--hang goes alone (not with --follow, --slurm or --stderr)")
+        files = hang_files(sweep_dir, trial)
+        for path in files:
+            if len(files) > 1:
+                click.echo(f"==> {path} <==")
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                click.echo(fh.read(), nl=False)
+        return
     path = log_path(sweep_dir, trial, slurm_log, stderr)
     from . import ui  # ui: rich, ~25 ms; --json and --help need none of it
 

@@ -177,6 +177,25 @@ def log_path(root: str, ref: str, slurm_log: bool = False, stderr: bool = False)
     raise UserError(f"trial {row['id']} has not run on Slurm yet")
 
 
+def hang_files(root: str, ref: str) -> list[str]:
+    """The trial's hang files (``hang-ATTEMPT.txt``, the watchdog's stacks of each attempt that
+    hung), oldest attempt first; a UserError when it has none."""
+    sweep = store.open_sweep(root)
+    row = find_trial(root, ref)
+    directory = sweep.trial(row["id"])
+    try:
+        names = [n for n in os.listdir(directory) if re.fullmatch(r"hang-\d+\.txt", n)]
+    except OSError:
+        names = []
+    if not names:
+        raise UserError(
+            f"trial {row['id']} has no hang file: no attempt of it was declared hung",
+            key="--hang",
+            hint="`slurmkit logs` without --hang shows its output",
+        )
+    return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(n[5:-4]))]
+
+
 def log_name(pattern: str, values: dict[str, str]) -> str:
     """An sbatch file-name pattern filled in (``%A``, ``%a``, ``%j``, ``%x``, ``%u``, ``%%``)."""
     return re.sub(r"%([%Aajxu])", lambda m: "%" if m[1] == "%" else values.get(m[1], m[0]), pattern)

@@ -27,6 +27,7 @@ ENV = "SLURMKIT_TEST_SHARD"
 # the balance.
 SECONDS: dict[str, float] = {
     "test_cluster_requeue.py": 448,
+    "test_cluster_hang.py": 190,
     "test_cluster_report.py": 122,
     "test_cluster_executor.py": 108,
     "test_cluster_sweeps.py": 106,

@@ -81,6 +81,8 @@ def test_requeue_can_be_switched_off_and_tuned(spec_file):
         "node_failure": 3,
         "container": 0,
         "error": 0,
+        "node": 3,
+        "hang": 3,
     }
 
 

@@ -31,12 +31,8 @@ DEFAULT_BUDGETS: Mapping[str, int | None] = {
     "node_failure": 3,
     "container": 0,
     "error": 0,
-}
-# Causes added since the budgets above were the spec's defaults, with their default budget: it
-# applies wherever a budgets mapping lacks the cause (a spec's resolved requeue.budgets keep the
-# keys above; a sweep.json written before has none of these). `requeue.budgets` may set them.
-ADDED_BUDGETS: Mapping[str, int | None] = {
     "node": 3,  # a failure attributed to its node (runtime/nodefault.py)
+    "hang": 3,  # the hang watchdog ended the attempt (runtime/hang.py)
 }
 # Attributed failures after which a node is excluded from the sweep (core/badnodes.py).
 DEFAULT_EXCLUDE_AFTER = 2
@@ -58,6 +54,8 @@ class Policy:
     exclude_after: int = DEFAULT_EXCLUDE_AFTER  # 0: exclude no node
     # the user's own node-fault signatures: {"patterns": [regex], "exit_codes": [int]}
     node_fault: Mapping[str, Any] = field(default_factory=dict)
+    # seconds without progress that make a hang; None: auto (runtime.hang), 0: no watchdog
+    hang_timeout: int | None = None
 
 
 # A contract without a requeue block asks for no requeue (the runtime's reading since 0.1).
@@ -168,6 +166,9 @@ def _policy(raw: Any, source: str) -> Policy:
     ):
         raise Damaged(source, "requeue.budgets: expected counts (or null: unlimited)")
     after = _typed(raw, "exclude_after", int, "a count", source, "requeue.")
+    hang_timeout = _typed(raw, "hang_timeout", int, "seconds", source, "requeue.")
+    if hang_timeout is not None and hang_timeout < 0:
+        raise Damaged(source, f"requeue.hang_timeout: expected seconds >= 0, got {hang_timeout}")
     return Policy(
         enabled=enabled,
         signal=signal,
@@ -175,6 +176,7 @@ def _policy(raw: Any, source: str) -> Policy:
         budgets={**DEFAULT_BUDGETS, **(budgets or {})},
         exclude_after=DEFAULT_EXCLUDE_AFTER if after is None else after,
         node_fault=_node_fault(raw.get("node_fault"), source),
+        hang_timeout=hang_timeout,
     )
 
 

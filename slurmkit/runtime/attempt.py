@@ -13,9 +13,12 @@
   (:func:`handles`): sent before, it would kill a step still starting (importing torch) and
   lose its requeue.
 - **The wait loop** runs :attr:`Attempt.checks` every :data:`POLL` s while the step runs under
-  the policy: Slurm's view is read once a stop signal came, while it is fresh (the cause is
-  classified from it), and a held signal is passed on. A periodic check of its own (a hang
-  watchdog) is one more entry there.
+  the policy or a hang watchdog: Slurm's view is read once a stop signal came, while it is fresh
+  (the cause is classified from it), and a held signal is passed on.
+- **The hang watchdog** (:mod:`.hang`, where the subclass sets :attr:`Attempt.watchdog`): the
+  step's progress stopped: its ranks' stacks go to the hang file, the step is ended, and the
+  attempt's cause is ``hang`` (requeued under its budget; FAILED outside the policy). Each
+  attempt record gets ``first_progress``, ``last_progress``, ``last_checkpoint`` and ``hang``.
 - **The decision**: :func:`~slurmkit.runtime.requeue.classify` and ``decide``, per-cause budgets
   over the earlier attempts; outside the policy an exit is COMPLETED, FAILED or TERMINATED.
   An exit of its own that :meth:`Attempt.attribute` pins on the job's nodes
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -47,7 +51,7 @@ from typing import Any
 from ..core import placeholders, states
 from ..core.contract import REQUEUE_EXIT
 from ..core.jobcontract import Policy
-from . import nodefault, requeue
+from . import hang, nodefault, requeue
 
 # Slurm's ids of the job, kept in each attempt's record.
 SLURM_KEYS = {
@@ -56,7 +60,7 @@ SLURM_KEYS = {
     "array_task_id": "SLURM_ARRAY_TASK_ID",
     "restart_count": "SLURM_RESTART_COUNT",
 }
-# Seconds between the wait loop's checks (under the requeue policy).
+# Seconds between the wait loop's checks (under the requeue policy or a hang watchdog).
 POLL = 0.2
 _MASKS = ("SigBlk:", "SigIgn:", "SigCgt:")
 
@@ -72,6 +76,23 @@ def handles(pid: int, signum: int) -> bool:
     except (OSError, ValueError, IndexError):
         return True
     return len(masks) != len(_MASKS) or any(mask >> (signum - 1) & 1 for mask in masks)
+
+
+def exited(proc: subprocess.Popen[bytes], timeout: float | None) -> int:
+    """``proc.wait(timeout)`` (TimeoutExpired likewise), woken by the exit itself where Linux
+    gives a pidfd: Popen's own timed wait polls, up to 50 ms late, which a local trial of a
+    few milliseconds would feel at every poll of the wait loop."""
+    if timeout is None:
+        return proc.wait()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or Python < 3.9 there
+        return proc.wait(timeout=timeout)
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    return proc.wait(timeout=0)
 
 
 def node(env: Mapping[str, str] = os.environ) -> str:
@@ -119,8 +140,12 @@ class Attempt:
         self._unsent: list[int] = []  # came while the step was being started
         self.nodes = nodefault.job_nodes()  # the job's nodes (SLURM_JOB_NODELIST)
         self.blame: nodefault.Blame | None = None  # set by attribute(): a node's failure
-        # run every POLL s while the step runs under the policy
-        self.checks: list[Callable[[], None]] = [self._look, self._pass_held]
+        self.watchdog: hang.Watchdog | None = None  # set by a subclass that has progress
+        self.hang_file: str | None = None  # where the watchdog writes the ranks' stacks
+        self.step_job: str | None = None  # the Slurm job whose steps are the step's ranks
+        self.own_group = False  # the step has a process group of its own
+        # run every POLL s while the step runs under the policy or a watchdog
+        self.checks: list[Callable[[], None]] = [self._look, self._pass_held, self._watch]
 
     # --- the attempt record ----------------------------------------------------------------
 
@@ -161,6 +186,11 @@ class Attempt:
             attempt["slurm"] = {k: self.info[k] for k in requeue.EVIDENCE if k in self.info}
         if self.blame is not None:
             attempt.update(blamed=list(self.blame.nodes), evidence=self.blame.evidence)
+        if self.watchdog is not None:
+            if self.watchdog.declared is None:
+                self.watchdog.look()  # the progress made since the last look
+            name = os.path.basename(self.hang_file) if self.hang_file else None
+            attempt.update(self.watchdog.record(name))
 
     # --- signals and the step --------------------------------------------------------------
 
@@ -190,18 +220,21 @@ class Attempt:
             say(f"slurmkit: {', '.join(self.signals)} came before the command started")
             return False
         self._unsent.clear()
+        if self.watchdog is not None:  # SIGABRT ends a hung step: no core files of it
+            hang.no_cores()
         self.proc = subprocess.Popen(argv, **popen)
         for signum in self._unsent:
             self._send(signum)
         return True
 
     def wait_step(self) -> int:
-        """Wait for the step, running :attr:`checks` every POLL s under the policy; its exit
-        code (128+N when it died of signal N)."""
+        """Wait for the step, running :attr:`checks` every POLL s under the policy or a
+        watchdog; its exit code (128+N when it died of signal N)."""
         assert self.proc is not None
+        polls = self.on_slurm or self.watchdog is not None
         while True:
             try:
-                rc = self.proc.wait(timeout=POLL if self.on_slurm else None)
+                rc = exited(self.proc, POLL if polls else None)
                 break
             except subprocess.TimeoutExpired:
                 for check in self.checks:
@@ -210,7 +243,7 @@ class Attempt:
 
     def _look(self) -> None:
         """Once a stop signal came: read Slurm's view now, while it is fresh, and its cause."""
-        if self.signals and self.info is None:
+        if self.on_slurm and self.signals and self.info is None:
             self.slurm_cause()
             self.signalled()
 
@@ -219,6 +252,42 @@ class Attempt:
         if self._held and self._hold and self.proc and handles(self.proc.pid, self._hold):
             self._held = False
             self._send(self._hold)
+
+    def _watch(self) -> None:
+        """The hang watchdog: once the step's progress stopped, write its ranks' stacks to the
+        hang file and end it (the outcome's cause is then ``hang``)."""
+        if self.watchdog is None or self.proc is None or not self.watchdog.check():
+            return
+        proc, group, job, where = self.proc, self.own_group, self.step_job, self.watchdog.dir
+
+        def send(signum: int) -> None:
+            hang.signal_step(signum, proc.pid, job, group)
+
+        def armed(signum: int) -> None:  # the processes that dumped, by pid
+            hang.signal_armed(signum, found, node(), job, where, dumped=True)
+
+        def kill() -> None:
+            hang.signal_step(signal.SIGKILL, proc.pid, None, group)
+
+        dump = hang.progress.dump_signal(self.policy.signal)
+        send(dump)
+        found = hang.collect(self.watchdog)
+        if any(not d.text.strip() for d in found):  # the step's signal did not reach them
+            hang.signal_armed(dump, found, node(), job, where)
+            found = hang.collect(self.watchdog)
+        mark = self.output_mark()
+        hang.end(proc, send, armed, kill)
+        if self.hang_file:
+            with contextlib.suppress(OSError):  # a full disk must not lose the attempt's end
+                hang.write(self.hang_file, self.watchdog, found, self.output_since(mark))
+
+    def output_mark(self) -> int:
+        """Where the step's output ends now (:meth:`output_since` reads from there)."""
+        return 0
+
+    def output_since(self, mark: int) -> str:
+        """What the step printed since ``mark`` ('' where the subclass cannot tell)."""
+        return ""
 
     def signalled(self) -> None:
         """Called once Slurm's view has been read after a stop signal (:attr:`stop_cause`)."""
@@ -240,7 +309,8 @@ class Attempt:
     def attribute(self, code: int, output: str) -> nodefault.Blame | None:
         """Whose failure this attempt's exit ``code`` was, from its ``output`` (under the policy,
         for an exit of its own): :attr:`blame` when the evidence points at its nodes."""
-        if self.on_slurm and not self.signals and code not in (0, REQUEUE_EXIT):
+        hung = self.watchdog is not None and self.watchdog.declared is not None
+        if self.on_slurm and not self.signals and not hung and code not in (0, REQUEUE_EXIT):
             fault = self.policy.node_fault
             self.blame = nodefault.attribute(
                 code,
@@ -258,6 +328,12 @@ class Attempt:
         """The outcome of this attempt, which exited ``code`` (``no_start``: its container did
         not start), given the ``earlier`` attempts; and whether Slurm requeued the job itself
         (the batch shell must not again)."""
+        watchdog = self.watchdog
+        if watchdog is not None and watchdog.declared is not None:  # it hung: ended by _watch
+            if self.on_slurm:
+                return requeue.decide(code, "hang", True, earlier, self.policy.budgets), False
+            why = f"hung: no progress for {watchdog.timeout or 0:.0f} s"
+            return requeue.Outcome(states.FAILED, code, "hang", why), False
         if self.on_slurm:
             # a node's failure (attribute()) is requeued under the `node` budget
             cause = "node" if self.blame else "container" if no_start else None

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..core.fsutil import atomic_write_json, read_json
 from . import pruning
+from .progress import heartbeat, trial_dir
 
 
 class Pruned(SystemExit):
@@ -31,11 +32,6 @@ def params() -> dict[str, Any]:
     return json.loads(os.environ.get("SLURMKIT_PARAMS") or "{}")
 
 
-def trial_dir() -> str | None:
-    """This trial's directory on the shared filesystem, or ``None`` outside a trial."""
-    return os.environ.get("SLURMKIT_TRIAL_DIR") or None
-
-
 def _to_number(value: Any) -> Any:
     """numpy/torch scalars and 0-d tensors become Python numbers."""
     item = getattr(value, "item", None)
@@ -50,10 +46,12 @@ def report(
     """Record metrics: ``metrics.json`` keeps the latest value of each, ``metrics.jsonl`` all.
 
     ``report(loss=0.1, acc=0.9, step=100)``. Outside a trial, prints one JSON line instead.
+    In a trial, it is progress too (:func:`~slurmkit.runtime.progress.heartbeat`).
     In a sweep with a ``search``, a report at a rung judges the trial and raises
     :class:`Pruned` when it stops there (:mod:`slurmkit.runtime.pruning`); under a search only
     rank 0 writes the metrics, and every rank must report at the same steps.
     """
+    heartbeat()  # progress, for the hang watchdog
     values = {**(metrics or {}), **more}
     values = json.loads(json.dumps(values, default=_to_number))
     line = {"time": time.time(), **({"step": step} if step is not None else {}), **values}

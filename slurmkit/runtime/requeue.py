@@ -3,8 +3,9 @@
 Causes: ``preemption`` (incl. an external requeue or ``scancel --signal``), ``timeout``,
 ``node_failure`` (an attempt that vanished without a word), ``container`` (its container did
 not start: see :func:`container_failed`), ``node`` (a failure attributed to its node:
-:mod:`.nodefault`), ``error`` (non-zero exit). A budgets mapping that lacks a cause added later
-(``node``) gets its default (:data:`~slurmkit.core.jobcontract.ADDED_BUDGETS`).
+:mod:`.nodefault`), ``hang`` (the watchdog ended it: :mod:`.hang`), ``error`` (non-zero exit).
+A budgets mapping that lacks a cause (one written before the cause existed) gets its default
+(:data:`~slurmkit.core.jobcontract.DEFAULT_BUDGETS`).
 A user's ``scancel`` is no cause: the trial ends CANCELLED.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from ..core import slurmtime, states
 from ..core.contract import CANCELLED_EXIT, REQUEUE_EXIT
-from ..core.jobcontract import ADDED_BUDGETS
+from ..core.jobcontract import DEFAULT_BUDGETS
 
 # What classify() looked at, kept in each attempt's record.
 EVIDENCE = ("JobState", "Reason", "Restarts", "NodeState", "PreemptTime", "EndTime", "RunTime")
@@ -173,7 +174,7 @@ def decide(
             )
     else:
         cause = cause or "error"  # "container" when its container did not start
-    budget = budgets[cause] if cause in budgets else ADDED_BUDGETS.get(cause)
+    budget = budgets[cause] if cause in budgets else DEFAULT_BUDGETS.get(cause)
     spent = used(attempts, cause)
     if budget is None or spent < budget:
         return Outcome(

@@ -38,7 +38,7 @@ from ..core.layout import SweepDir
 from ..core.lock import HEARTBEAT, STALE_AFTER, Lock, LockBusy
 from ..core.rendezvous import fill, rendezvous
 from ..core.values import format_value
-from . import containers, datacache, nodefault, pruning, releaser, requeue, sweeprelease
+from . import containers, datacache, hang, nodefault, pruning, releaser, requeue, sweeprelease
 from .attempt import Attempt, node, runtime_env
 
 # How long a task waits for the claim of its trial: a holder that died (its node with it) stops
@@ -83,8 +83,10 @@ def step(
     the batch shell's, with the spec's ``env``, ``env_runtime`` and the contract's variables)."""
     argv = list(cfg.command) + param_args(dict(row["params"]), cfg.args)
     local = f"local-{os.getpid()}-{row['index']}"
+    # a hung rank prints its stacks as the watchdog aborts it (runtime.hang)
+    watched = {"PYTHONFAULTHANDLER": "1"} if cfg.requeue.hang_timeout != 0 else {}
     env = {
-        **{k: v for k, v in cfg.env_default.items() if k not in base},  # the job's own wins
+        **{k: v for k, v in {**watched, **cfg.env_default}.items() if k not in base},  # job's wins
         **base,
         **cfg.env,
         **runtime_env(cfg.env_runtime, trial_dir, local, str(row["index"]), base),
@@ -257,6 +259,7 @@ class TrialRun(Attempt):
             return
         self._record(states.RUNNING, None)
         argv, env = self._command()
+        self._watchdog()
         self._containers(argv)
         with open(self.sweep.output(self.id), "ab") as log, self._stderr() as err:
             out = err or log
@@ -283,6 +286,27 @@ class TrialRun(Attempt):
             attempt=attempt["n"],
             signal=self.policy.signal,
         )
+
+    def _watchdog(self) -> None:
+        """Watch this attempt's progress unless ``requeue.hang_timeout`` is 0 (its ranks print
+        their stacks when they abort: :func:`step` sets ``PYTHONFAULTHANDLER``)."""
+        setting = self.policy.hang_timeout
+        if setting == 0:
+            return
+        attempt = self.status["attempts"][-1]
+        self.watchdog = hang.Watchdog(self.dir, setting, attempt["start"])
+        self.hang_file = os.path.join(self.dir, f"hang-{attempt['n']}.txt")
+        if self.config.launch.get("step") and not self.own_group:
+            self.step_job = os.environ.get("SLURM_JOB_ID") or None
+
+    def output_mark(self) -> int:
+        try:
+            return os.path.getsize(self._output_path())
+        except OSError:
+            return 0
+
+    def output_since(self, mark: int) -> str:
+        return self._output_tail(start=mark)
 
     def _containers(self, argv: Sequence[str]) -> None:
         """A named container: this attempt's, and what earlier ones left (:mod:`.containers`)."""
@@ -430,13 +454,17 @@ class TrialRun(Attempt):
             return open(self.sweep.errors(self.id), "ab")
         return contextlib.nullcontext(None)
 
-    def _output_tail(self, size: int = 64 * 1024) -> str:
-        """The end of this attempt's stderr (what srun and pyxis printed last)."""
-        path = self.sweep.errors(self.id) if self._separate() else self.sweep.output(self.id)
+    def _output_path(self) -> str:
+        """The file of this trial's stderr (output.log, or output.err when kept apart)."""
+        return self.sweep.errors(self.id) if self._separate() else self.sweep.output(self.id)
+
+    def _output_tail(self, size: int = 64 * 1024, start: int = 0) -> str:
+        """The end of this attempt's stderr (what srun and pyxis printed last), from ``start``
+        on where that is later."""
         try:
-            with open(path, "rb") as log:
+            with open(self._output_path(), "rb") as log:
                 end = log.seek(0, os.SEEK_END)
-                log.seek(max(self.log_start, end - size))
+                log.seek(max(self.log_start, start, end - size))
                 return log.read().decode(errors="replace")
         except OSError:
             return ""

@@ -34,7 +34,7 @@ LOG_TOKENS = {
     "u": "user",
 }
 DATA_CACHE = ("none", "node")  # node: each node also copies the dataset to its local disk
-CAUSES = ("preemption", "timeout", "node_failure", "container", "error", "node")
+CAUSES = tuple(DEFAULT_BUDGETS)  # every cause has a default budget
 BUDGETS = dict(DEFAULT_BUDGETS)  # the job contract's: each default is written once, in core
 
 
@@ -303,10 +303,20 @@ KEYS: tuple[Key, ...] = (
         default=DEFAULT_LEAD,
     ),
     Key(
+        "requeue.hang_timeout",
+        "time",
+        "seconds without progress (`report()`, `heartbeat()`, a committed checkpoint) before "
+        "a trial is declared hung, its stacks written and its attempt requeued (cause `hang`): "
+        "an integer is seconds, a string a Slurm time (`'10:00'`; `'20'` is 20 minutes, as in "
+        "`resources.time`); `0`: off; at least 5 s",
+        shown="auto: max(10 × the median interval, 5 min) once a trial has reported 5 times",
+        checked="spec.requeueblock.requeue_block",
+    ),
+    Key(
         "requeue.budgets",
         "map",
-        "requeues allowed per cause (`null`: unlimited); `node` (a failure attributed to its "
-        "node) is 3 unless given",
+        "requeues allowed per cause (`null`: unlimited); `node`: a failure attributed to its "
+        "node, `hang`: the hang watchdog ended it",
         default=BUDGETS,
         choices=CAUSES,
         what="cause to count",

@@ -72,6 +72,7 @@ class Requeue:
     budgets: dict[str, int | None] = field(default_factory=lambda: dict(keys.BUDGETS))
     exclude_after: int = _D["requeue.exclude_after"]
     node_fault: dict[str, Any] = field(default_factory=dict)  # {patterns, exit_codes}
+    hang_timeout: int | None = None  # seconds; None: auto, 0: off (runtime.hang)
 
 
 @record

@@ -12,6 +12,9 @@ from ..errors import SpecError
 from .check import entries, error, mapping, read, typed
 from .model import Requeue
 
+# The shortest requeue.hang_timeout: progress is seen to within ~2 s (runtime.progress, hang).
+MIN_HANG_TIMEOUT = 5
+
 
 def requeue_block(data: Mapping[str, Any], source: str, time: str | None) -> Requeue:
     """The ``requeue`` block of ``data`` (the defaults when there is none), checked against
@@ -52,7 +55,40 @@ def requeue_block(data: Mapping[str, Any], source: str, time: str | None) -> Req
         budgets=budgets,
         exclude_after=after,
         node_fault=_node_fault(raw, source),
+        hang_timeout=_hang_timeout(raw.get("hang_timeout"), source),
     )
+
+
+def _hang_timeout(value: Any, source: str) -> int | None:
+    """``requeue.hang_timeout`` in seconds: an integer is seconds, a string a Slurm time
+    (``0`` and ``UNLIMITED``: off); None where not given (auto)."""
+    if value is None:
+        return None
+    hint = f"seconds (an integer) or a Slurm time ({slurmtime.ACCEPTED}); 0 turns it off"
+    seconds: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        seconds = value
+    elif isinstance(value, str):
+        try:
+            seconds = 0 if value.strip() == "0" else (slurmtime.parse_seconds(value) or 0)
+        except ValueError as exc:
+            raise SpecError(str(exc), file=source, key="requeue.hang_timeout", hint=hint) from None
+    if seconds is None:
+        raise SpecError(
+            f"expected seconds or a Slurm time, got {value!r}",
+            file=source,
+            key="requeue.hang_timeout",
+            hint=hint,
+        )
+    if 0 < seconds < MIN_HANG_TIMEOUT:
+        raise SpecError(
+            f"{seconds} s is shorter than the watchdog can tell (progress is written once a "
+            "second, and read once a second)",
+            file=source,
+            key="requeue.hang_timeout",
+            hint=f"0 (off) or at least {MIN_HANG_TIMEOUT} s",
+        )
+    return seconds
 
 
 def _node_fault(raw: Mapping[str, Any], source: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .. import crc
+from .. import crc, progress
 from . import reader
 from .fetch import Invalid
 from .storage import CheckpointError, failure, open_store
@@ -283,6 +283,7 @@ class CheckpointDir:
         self.put(self.step_path(step, COMMIT), lambda fh: fh.write(body), rename=rename)
         self.store.sync_dir(directory)
         self._verified[step] = record
+        progress.checkpointed()  # for the hang watchdog (nothing outside a trial)
 
     def uncommit(self, step: int) -> None:
         """Remove checkpoint ``step``'s commit record (its files stay, to be overwritten)."""
