@@ -130,7 +130,8 @@ HELD = view("PENDING", "BeginTime", 1, "2026-12-05T07:52:20")
 
 
 def test_the_releaser_waits_for_the_requeue_then_releases_once_due():
-    s = Scheduler([view("RUNNING", "None", 0), view("COMPLETING", "None", 1), HELD])
+    requeued = view("PENDING", "None", 1)  # its hold not set yet
+    s = Scheduler([view("RUNNING", "None", 0), view("COMPLETING", "None", 1), requeued, HELD])
     s.now = release.epoch("2026-12-05T07:50:19") - 1
     what, seen, at = s.watch(exclude=lambda: ["n3"])
     assert what == "released" and seen is not None and seen.job == "7_0"

@@ -41,6 +41,10 @@ MARGIN = 30
 TIME_LIMIT = 5
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
+# Slurm's states of a job that has ended, and of one that runs (again).
+_ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE")
+_STARTED = ("RUNNING", "CONFIGURING", "SUSPENDED")
+
 Show = Callable[[str], dict[str, str]]
 Update = Callable[[Sequence[str]], bool]
 
@@ -190,17 +194,22 @@ def watch(
         if not info:
             return "gone", seen, 0.0
         seen = replace(from_scontrol(info), job=job)
+        if seen.state == "CANCELLED":
+            return "cancelled", seen, 0.0  # a user's cancel sticks
         if seen.restarts <= restarts:  # the old attempt still ends, or the requeue failed
-            if info.get("JobState") not in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
+            if seen.state in _ENDED:
                 return "not requeued", seen, 0.0
             sleep(LOOK)
             continue
-        if seen.restarts > restarts + 1 or seen.state != "PENDING":
-            if seen.state in ("COMPLETING", "REQUEUE_HOLD", "REQUEUED"):
-                sleep(LOOK)
-                continue
-            return "not held", seen, 0.0  # running again, or ended: someone else's doing
+        if seen.restarts > restarts + 1 or seen.state in _STARTED:
+            return "not held", seen, 0.0  # running again: someone else's doing
+        if seen.state != "PENDING":  # being requeued (COMPLETING, REQUEUED, ...)
+            sleep(LOOK)
+            continue
         at = releasable(seen, hold)
+        if at is None and (seen.reason in ("None", "") or seen.begin is None):
+            sleep(LOOK)  # requeued, its hold not set yet
+            continue
         if at is None:
             return "not held", seen, 0.0  # held by the user, or its start moved by hand
         now = clock()
@@ -230,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     what, seen, at = watch(args.job, args.restarts, cluster_hold(), exclude=exclude)
     if what == "released" and seen is not None:
         write_record(args.record, "job", seen, at)
-    print(f"slurmkit releaser: job {args.job}: {what}")
+    print(f"slurmkit releaser: job {args.job}: {what}" + (f" (seen: {seen})" if seen else ""))
     return 0
 
 
