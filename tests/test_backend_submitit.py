@@ -30,6 +30,9 @@ resources: {{time: "0:05:00", mem: 100M}}
 max_parallel: 3
 """
 MOMENTS = ("start", "end", "host", "job_id", "array_job_id", "array_task_id")
+# Where an attempt ran and when it made progress, where it did (issue 24's records): kept apart
+# like the moments above, each run on its own nodes at its own times.
+PLACES_AND_PROGRESS = ("nodes", "first_progress", "last_progress", "last_checkpoint")
 
 
 # --- without a cluster ----------------------------------------------------------------------
@@ -154,6 +157,8 @@ def _trial_files(root: str) -> dict[str, tuple[Any, Any]]:
         for attempt in status["attempts"]:
             for key in MOMENTS:
                 attempt.pop(key)
+            for key in PLACES_AND_PROGRESS:
+                attempt.pop(key, None)
         out[trial.name] = (status, json.loads((trial / "metrics.json").read_text()))
     return out
 
