@@ -5,6 +5,7 @@ a fault proxy (the `faults` fixture; see tests/s3server.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -231,6 +232,24 @@ def test_import_stage_and_ready_need_no_fsspec(tmp_path):
 
 
 # ---- through a real S3 endpoint -----------------------------------------------------------------
+
+
+def kill_mid_large(proc: subprocess.Popen, big: Path, rng: random.Random) -> None:
+    """SIGKILL ``proc`` once the files under ``big`` (parts being written, and whole files)
+    hold a random 1 to 48 MiB more, or after 10 s."""
+
+    def written() -> int:
+        total = 0
+        for p in big.glob("*"):
+            with contextlib.suppress(FileNotFoundError):  # renamed meanwhile
+                total += p.stat().st_blocks * 512
+        return total
+
+    target = written() + (rng.randint(1, 48) << 20)
+    deadline = time.monotonic() + 10
+    while written() < target and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
 
 
 @pytest.mark.slow  # the 1,000-object dataset, seeded over HTTP
@@ -572,7 +591,8 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path):
 @pytest.mark.slow
 def test_twenty_kills_with_large_files(s3, tmp_path):
     """The issue's proof at full size: 1,000 small files and two of 256 MiB in 64 MiB parts,
-    SIGKILL at 20 random points."""
+    SIGKILL at 20 random points: among the small files by count, inside the large ones by bytes
+    written (a kill by time alone came after the copy on a quiet machine)."""
     rng = random.Random(256)
     files = {f"s/{i}.bin": rng.randbytes(rng.randint(1, 2000)) for i in range(SMALL)}
     files |= {"big/x.bin": os.urandom(256 << 20), "big/y.bin": os.urandom(256 << 20)}
@@ -586,7 +606,7 @@ def test_twenty_kills_with_large_files(s3, tmp_path):
     def partial_large() -> set[str]:  # big files being written, with bytes in them
         return {p.name for p in (work / "data" / "big").glob(f"*{lib.PART}*") if p.stat().st_blocks}
 
-    for i in range(20):
+    for i in range(40):  # until 20 kills, or a run that finished the copy (nothing left)
         before = partial_large()
         proc = subprocess.Popen(
             [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst), "--part-size", "64"],
@@ -594,9 +614,12 @@ def test_twenty_kills_with_large_files(s3, tmp_path):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        small_phase = journaled(work) < SMALL - 40  # then the large files: kill by time
-        kill_at(proc, work, rng, early=i % 3 == 0 or not small_phase, most=80, within=2.0)
-        kills += proc.wait() == -signal.SIGKILL
+        if journaled(work) < SMALL - 40:
+            kill_at(proc, work, rng, early=i % 3 == 0, most=40, within=2.0)
+        else:  # the large files: mid-part, after a random few MiB more
+            kill_mid_large(proc, work / "data" / "big", rng)
+        killed = proc.wait() == -signal.SIGKILL
+        kills += killed
         mid_large += bool(partial_large() - before)
         assert not dst.exists() or lib.ready(str(dst)) is not None
         data = work / "data"
@@ -606,6 +629,8 @@ def test_twenty_kills_with_large_files(s3, tmp_path):
             if p.is_file() and lib.PART not in p.name
         }
         marks.append((s3.mark(), done))
+        if not killed or kills == 20:
+            break
     proc = subprocess.run(
         [*SLURMKIT, "stage", f"s3://{BUCKET}/full", str(dst), "--part-size", "64"],
         env=env,
