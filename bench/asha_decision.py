@@ -8,12 +8,12 @@
    first, its search.json written after: ``rung_step_ms``), the median of ``--decisions`` runs,
    each a new trial on the same rung; against reading N small files (one JSON value each: the
    layout the value-in-the-name avoids), page cache warm for both. Target: <= 20 ms.
-2. ``report()`` between rungs under a search against today's ``report()`` (``--today FILE``,
-   else the ``slurmkit/runtime/report.py`` of ``git show main:...``, loaded as a module; else
-   this tree's without a search): ``--reports`` reports each, alternated in ``--rounds``, in one
-   trial directory each, wall and CPU time (the wall time is mostly the fsync of metrics.json,
-   which both make); and the search's own part alone (its per-process state looked up, the
-   step compared with the next rung). Target: no more than today's.
+2. ``report()`` between rungs under a search against today's ``report()`` (``--today FILE``, else
+   the ``slurmkit/runtime/report.py`` of ``git show 459d2fb:...``, the last commit before the
+   search, loaded as a module; else this tree's without a search): ``--reports`` reports each,
+   alternated in ``--rounds``, in one trial directory each, wall and CPU time (the wall time is
+   mostly the fsync of metrics.json, which both make); and the search's own part alone (its per-
+   process state looked up, the step compared with the next rung). Target: no more than today's.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEFORE = "459d2fb"  # main before the search (issue 25): report() as it was
 sys.path.insert(0, ROOT)
 
 from slurmkit.core import search  # noqa: E402
@@ -126,12 +127,12 @@ def main_report(path: str | None) -> tuple[ModuleType | None, str]:
                 src, name = fh.read(), path
         else:
             src = subprocess.run(
-                ["git", "-C", ROOT, "show", "main:slurmkit/runtime/report.py"],
+                ["git", "-C", ROOT, "show", f"{BEFORE}:slurmkit/runtime/report.py"],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
-            name = "main:slurmkit/runtime/report.py"
+            name = f"{BEFORE}:slurmkit/runtime/report.py"
     except (OSError, subprocess.CalledProcessError):
         return None, "this tree, no search"
     spec = importlib.util.spec_from_loader("slurmkit.runtime._report_main", loader=None)
@@ -196,7 +197,7 @@ def main() -> None:
     p.add_argument("--decisions", type=int, default=21)
     p.add_argument("--reports", type=int, default=500)
     p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--today", help="today's report.py (default: git show main:...)")
+    p.add_argument("--today", help=f"today's report.py (default: git show {BEFORE}:...)")
     args = p.parse_args()
     base = tempfile.mkdtemp(prefix="slurmkit-asha-bench-", dir=args.dir or "/tmp")
     try:
