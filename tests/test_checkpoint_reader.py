@@ -590,4 +590,4 @@ def test_records_answer_what_torch_load_asks(tmp_path: Path) -> None:
     assert records.get_record("data.pkl") == archive.get_record("data.pkl")
     with pytest.raises(ValueError, match="the pickle says"):
         records.get_storage_from_record("data/0", 3, None)
-    assert fetch.Invalid is policy._Invalid  # the policy skips what the reader finds damaged
+    assert fetch.Invalid is policy.Invalid  # the policy skips what the reader finds damaged

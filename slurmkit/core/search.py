@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .fsutil import Damaged, atomic_write_json, read_record
-from .record import record as _record_class
+from .record import record as record_type  # `record` below is a rung record
 
 METHODS = ("asha", "median")
 MODES = ("min", "max")
@@ -43,7 +43,7 @@ MEDIAN_MIN_OTHERS = 3
 _SEP = "~"  # between the value and the trial id in a record's name (never in float.hex)
 
 
-@_record_class
+@record_type
 class Search:
     """The spec's ``search`` block, validated (spec/check.py says what each key allows)."""
 

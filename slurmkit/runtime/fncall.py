@@ -28,6 +28,7 @@ from typing import Any
 
 from ..core.contract import REQUEUE_EXIT, requeue_signal
 from ..core.fsutil import atomic_write_bytes
+from .pycompat import exit_now
 from .report import Pruned, params, report
 
 FUNCTION = "function.pkl"
@@ -81,13 +82,9 @@ def main() -> int:
         def stop(_signum: int, _frame: object) -> None:
             # submitit's way: ask the callable for the call that resumes it, keep it, exit 75
             atomic_write_bytes(saved, dumps(_call(checkpoint(*args, **kwargs))))
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # os._exit, not sys.exit: this handler runs at any line of the callable, and a
-            # SystemExit raised there is the callable's to catch (`except BaseException` in a
-            # retry loop goes on running), and once out, the interpreter waits for the
-            # callable's non-daemon threads. Its checkpoint is kept: nothing is left to do.
-            os._exit(REQUEUE_EXIT)
+            # at once, not sys.exit: this runs at any line of the callable, which could catch
+            # a SystemExit (pycompat's doc); its checkpoint is kept: nothing is left to do
+            exit_now(REQUEUE_EXIT)
 
         for name in {requeue_signal(os.environ), "TERM"}:
             signal.signal(getattr(signal, f"SIG{name}"), stop)

@@ -24,7 +24,7 @@ from .collectives import agree_step, collective, distributed
 from .collectives import rank as default_rank
 from .dcpread import storage_reader
 from .directory import KINDS, WHOLE, CheckpointDir, Record, dirname, new_record, warn_skipping
-from .fetch import Invalid as _Invalid
+from .fetch import Invalid
 from .journal import record as journal
 from .mirror import Mirror, MirrorStatus, attach
 from .snapshot import Copies, Snapshot, dense_tree_bytes, owned_by
@@ -321,7 +321,7 @@ class Checkpointer:
             for step, record in self.dir.committed(WHOLE):
                 try:
                     return step, self.dir.read(step, record, map_location=map_location)
-                except _Invalid as exc:
+                except Invalid as exc:
                     warn_skipping(step, exc)
         except OSError as exc:
             raise failure(exc, "cannot read checkpoints", self.root) from exc
