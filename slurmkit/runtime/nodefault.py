@@ -26,6 +26,7 @@ from typing import Any
 from ..core import badnodes
 from ..core.fsutil import read_json
 from ..core.layout import SweepDir
+from . import releaser
 
 # (kind, pattern): what a failing node prints. The container failures are pyxis's own start
 # errors on the node (not a missing plugin, which is the cluster's, nor an image that cannot be
@@ -207,11 +208,7 @@ def exclude_pending(job_ids: Sequence[str], nodes_of: Callable[[str], Sequence[s
         for task in proc.stdout.split() if proc.returncode == 0 else []:
             nodes = nodes_of(task)
             if nodes:
-                subprocess.run(
-                    ["scontrol", "update", f"JobId={task}", f"ExcNodeList={','.join(nodes)}"],
-                    capture_output=True,
-                    timeout=20,
-                )
+                releaser.update([f"JobId={task}", f"ExcNodeList={','.join(nodes)}"])
     except (OSError, subprocess.TimeoutExpired):
         return
 

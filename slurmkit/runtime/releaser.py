@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from dataclasses import replace
 from ..core import badnodes
 from ..core.fsutil import atomic_write_json
 from ..core.release import ENV_OFF, Held, from_scontrol, hold_seconds, releasable, start_time
+from . import requeue
 
 # Seconds between looks at the job while its requeue has not landed yet.
 LOOK = 0.25
@@ -39,7 +39,6 @@ LOOK = 0.25
 MARGIN = 30
 # The releaser's time limit (minutes): Slurm's default hold and the margin fit well inside.
 TIME_LIMIT = 5
-_FIELD = re.compile(r"(\w+)=(\S*)")
 
 # Slurm's states of a job that has ended, and of one that runs (again).
 _ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE")
@@ -132,9 +131,7 @@ _SAME = (
 
 def show_job(job: str) -> dict[str, str]:
     """``scontrol show job -o JOB`` as a dict ({} when unknown or scontrol fails)."""
-    proc = _scontrol("show", "job", "-o", job)
-    line = proc.stdout.splitlines()[0] if proc and proc.returncode == 0 and proc.stdout else ""
-    return dict(_FIELD.findall(line))
+    return requeue.show("job", job)
 
 
 def update(args: Sequence[str]) -> bool:

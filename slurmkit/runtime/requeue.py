@@ -46,7 +46,8 @@ class Outcome:
     reason: str = ""
 
 
-def _show(kind: str, name: str) -> dict[str, str]:
+def show(kind: str, name: str) -> dict[str, str]:
+    """``scontrol show KIND -o NAME`` as a dict ({} when unknown, or scontrol fails)."""
     try:
         proc = subprocess.run(
             ["scontrol", "show", kind, "-o", name], capture_output=True, text=True, timeout=20
@@ -60,9 +61,9 @@ def _show(kind: str, name: str) -> dict[str, str]:
 def job_info(job_id: str, node: str) -> dict[str, str]:
     """``scontrol show job -o JOB`` as a dict, plus ``NodeState`` of ``node`` (this host);
     {} when scontrol is missing or fails."""
-    info = _show("job", job_id)
+    info = show("job", job_id)
     if info:
-        info["NodeState"] = _show("node", node).get("State", "")
+        info["NodeState"] = show("node", node).get("State", "")
     return info
 
 
