@@ -351,3 +351,18 @@ def test_the_releaser_job_asks_for_little_and_is_never_requeued(tmp_path, monkey
         assert option in text.splitlines()
     assert "--job 7_3 --restarts 2 --record /s/release-3.json --sweep /s --trial t" in text
     assert "comment" not in text.lower() and "SLURM_JOB_ID" not in text
+
+
+def test_show_config_text_reads_as_one_dict_for_both_sides():
+    """core.slurmconf.parse: what backends.slurm.read_config and the releaser's hold read."""
+    from slurmkit.core import slurmconf
+
+    text = (
+        "Configuration data as of 2026-12-05T10:00:00\n"
+        "AuthInfo                = cred_expire=30\n"
+        "MaxArraySize            = 1001\n\n"
+        "Slurmctld(primary) at ctl is UP\n"
+    )
+    got = slurmconf.parse(text)
+    assert got["AuthInfo"] == "cred_expire=30" and got["MaxArraySize"] == "1001"
+    assert hold_seconds(got)[0] == 31 and len(got) == 2

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import store
-from ..core import badnodes, states
+from ..core import badnodes, slurmconf, states
 from ..core.arrays import DEFAULT_MAX_ARRAY_SIZE, expand_array_spec
 from ..core.fsutil import atomic_write_json
 from ..errors import SchedulerError, UserError
@@ -287,12 +287,7 @@ def read_config(command: Command) -> dict[str, str]:
             f"no Slurm controller answered ({_first(proc.stderr)[:80]})",
             hint="check SLURM_CONF and `scontrol ping`, or use --backend local",
         )
-    out = {}
-    for line in proc.stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+    return slurmconf.parse(proc.stdout)
 
 
 def max_array_size(cfg: dict[str, str]) -> int:

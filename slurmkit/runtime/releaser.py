@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from ..core import badnodes
+from ..core import badnodes, slurmconf
 from ..core.fsutil import atomic_write_json
 from ..core.release import ENV_OFF, Held, from_scontrol, hold_seconds, releasable, start_time
 from . import requeue
@@ -144,8 +144,7 @@ def cluster_hold() -> int:
     """The cluster's requeue hold (``scontrol show config``; Slurm's default when unread)."""
     proc = _scontrol("show", "config")
     out = proc.stdout if proc and proc.returncode == 0 else ""
-    pairs = (line.partition(" = ") for line in out.splitlines())
-    return hold_seconds({k.strip(): v.strip() for k, sep, v in pairs if sep})[0]
+    return hold_seconds(slurmconf.parse(out))[0]
 
 
 def _scontrol(*args: str) -> subprocess.CompletedProcess[str] | None:
