@@ -15,8 +15,17 @@ import torch
 import slurmkit
 
 # eval_every: report the test loss as val_loss every that many epochs (0: only at the end),
-# what a sweep's search (early stopping) judges trials by
-DEFAULTS = {"lr": 0.05, "hidden": 64, "epochs": 30, "batch_size": 128, "seed": 0, "eval_every": 0}
+# what a sweep's search (early stopping) judges trials by; samples: the data set's size (a
+# quarter of it held out for the test loss), what an epoch costs
+DEFAULTS = {
+    "lr": 0.05,
+    "hidden": 64,
+    "epochs": 30,
+    "batch_size": 128,
+    "seed": 0,
+    "eval_every": 0,
+    "samples": 4096,
+}
 
 
 def parse(argv: list[str]) -> dict:
@@ -34,9 +43,10 @@ def main() -> None:
     torch.manual_seed(int(cfg["seed"]))
     torch.set_num_threads(1)
     # Synthetic two-class data: points inside or outside a sphere in 10 dimensions.
-    x = torch.randn(4096, 10)
+    x = torch.randn(int(cfg["samples"]), 10)
     y = (x.norm(dim=1) > 3.1).long()
-    train_x, test_x, train_y, test_y = x[:3072], x[3072:], y[:3072], y[3072:]
+    cut = len(x) * 3 // 4
+    train_x, test_x, train_y, test_y = x[:cut], x[cut:], y[:cut], y[cut:]
     model = torch.nn.Sequential(
         torch.nn.Linear(10, int(cfg["hidden"])),
         torch.nn.ReLU(),

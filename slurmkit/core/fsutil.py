@@ -50,10 +50,11 @@ def atomic_write_bytes(path: str, data: bytes, *, fsync: bool = True) -> None:
         raise
 
 
-def atomic_write_json(path: str, obj: Any, *, fsync: bool = True) -> None:
-    """Atomically write ``obj`` as pretty JSON."""
+def atomic_write_json(path: str, obj: Any, *, fsync: bool = True, indent: int | None = 2) -> None:
+    """Atomically write ``obj`` as JSON, keys sorted; pretty unless ``indent`` is None (one
+    line, from json's C encoder: several times faster, for a file written every step)."""
     atomic_write_bytes(
-        path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), fsync=fsync
+        path, (json.dumps(obj, indent=indent, sort_keys=True) + "\n").encode(), fsync=fsync
     )
 
 

@@ -32,6 +32,17 @@ def params() -> dict[str, Any]:
     return json.loads(os.environ.get("SLURMKIT_PARAMS") or "{}")
 
 
+_PLAIN = (float, int, str, bool, type(None))
+
+
+def _as_json(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as JSON gives them back: numpy/torch scalars become Python numbers, nested
+    values JSON's; a dict of plain Python scalars with str keys (the usual report) as it is."""
+    if all(type(k) is str and type(v) in _PLAIN for k, v in values.items()):
+        return values
+    return json.loads(json.dumps(values, default=_to_number))
+
+
 def _to_number(value: Any) -> Any:
     """numpy/torch scalars and 0-d tensors become Python numbers."""
     item = getattr(value, "item", None)
@@ -52,8 +63,7 @@ def report(
     rank 0 writes the metrics, and every rank must report at the same steps.
     """
     heartbeat()  # progress, for the hang watchdog
-    values = {**(metrics or {}), **more}
-    values = json.loads(json.dumps(values, default=_to_number))
+    values = _as_json({**(metrics or {}), **more})
     line = {"time": time.time(), **({"step": step} if step is not None else {}), **values}
     directory = trial_dir()
     if directory is None:
@@ -68,11 +78,19 @@ def report(
 
 def _write(directory: str, line: dict[str, Any], values: dict[str, Any], step: int | None) -> None:
     """Append ``line`` to metrics.jsonl; merge ``values`` (and ``step``) into metrics.json."""
-    with open(os.path.join(directory, "metrics.jsonl"), "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line) + "\n")
+    # one write() on an O_APPEND descriptor: ranks that report at once append whole lines
+    data = (json.dumps(line) + "\n").encode()
+    fd = os.open(
+        os.path.join(directory, "metrics.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666
+    )
+    try:
+        while data:  # a short write (a full disk) is retried, or raises
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
     path = os.path.join(directory, "metrics.json")
     latest = read_json(path, default={})
     latest.update(values)
     if step is not None:
         latest["step"] = step
-    atomic_write_json(path, latest)
+    atomic_write_json(path, latest, indent=None)  # one line: written every report
