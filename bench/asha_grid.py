@@ -5,8 +5,10 @@
     python bench/asha_grid.py --only train --samples 4096  # train.py default data
 
 Each workload runs twice, one after the other, on the same 81 configurations: every trial to
-``max_resource`` (the grid), then the same sweep under ``search: asha`` (min_resource 1,
-max_resource 27, reduction_factor 3: rungs at epochs 1, 3 and 9). Workloads:
+``max_resource`` (the grid), then the same sweep under ``search: asha`` (``--min-resource``,
+default 1, max_resource 27, ``--reduction-factor``, default 3: rungs at epochs 1, 3 and 9).
+``--keep DIR`` keeps both sweeps (``bench/asha_replay.py`` replays other searches on the grid's
+curves). Workloads:
 
 - ``curve``: the synthetic curve of the cluster proof (``tests/payloads/asha_curve.py``):
   ``val_loss = q / 81 + 1 / epoch``, its ranking known, 0.02 s per epoch;
@@ -47,10 +49,15 @@ import slurmkit  # noqa: E402
 
 EPOCHS = 27
 TRIALS = 81  # each workload's configurations
-SEARCH = (
-    "search: {method: asha, metric: val_loss, mode: min, resource: step, min_resource: 1, "
-    f"max_resource: {EPOCHS}, reduction_factor: 3}}\n"
-)
+
+
+def search(min_resource: int, reduction_factor: int) -> str:
+    """The search block the ASHA run adds (the issue's: 1 and 3)."""
+    return (
+        "search: {method: asha, metric: val_loss, mode: min, resource: step, "
+        f"min_resource: {min_resource}, max_resource: {EPOCHS}, "
+        f"reduction_factor: {reduction_factor}}}\n"
+    )
 
 
 def workloads(samples: int, seed: int) -> dict[str, str]:
@@ -119,10 +126,13 @@ def run(body: str, where: Path, max_parallel: int) -> dict[str, Any]:
     }
 
 
-def compare(name: str, body: str, max_parallel: int) -> dict[str, Any]:
+def compare(
+    name: str, body: str, block: str, max_parallel: int, keep: str | None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"asha-{name}-") as tmp:
-        grid = run(body, Path(tmp) / "grid", max_parallel)
-        asha = run(body + SEARCH, Path(tmp) / "asha", max_parallel)
+        where = Path(keep) / name if keep else Path(tmp)
+        grid = run(body, where / "grid", max_parallel)
+        asha = run(body + block, where / "asha", max_parallel)
     # run time = trials x start-up + trial-epochs x epoch: the two runs' figures solved for both
     per_epoch = (grid["run_s"] - asha["run_s"]) / (grid["epochs"] - asha["epochs"])
     start_up = (grid["run_s"] - grid["epochs"] * per_epoch) / TRIALS
@@ -153,14 +163,18 @@ def main() -> None:
         "--samples", type=int, default=2**18, help="train.py's data points (an epoch's cost)"
     )
     parser.add_argument("--seed", type=int, default=0, help="the train workload's draws")
+    parser.add_argument("--keep", help="run the sweeps under this directory and keep them")
+    parser.add_argument("--min-resource", type=int, default=1)
+    parser.add_argument("--reduction-factor", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("SLURMKIT_PYTHON", sys.executable)
     bodies = workloads(args.samples, args.seed)
     for name in [args.only] if args.only else ["curve", "train"]:
-        r = compare(name, bodies[name], args.max_parallel)
+        block = search(args.min_resource, args.reduction_factor)
+        r = compare(name, bodies[name], block, args.max_parallel, args.keep)
         g, a = r["grid"], r["asha"]
         knobs = "" if name == "curve" else f", samples {args.samples}, seed {args.seed}"
-        print(f"## {name} (81 trials, max_parallel {args.max_parallel}{knobs})")
+        print(f"## {name} (81 trials, max_parallel {args.max_parallel}{knobs})\n{block}")
         print("| run | states | trial-epochs | trial run time | wall | best | its val_loss |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for label, x in (("grid", g), ("asha", a)):
