@@ -6,13 +6,14 @@ hold, in place (same job id), from its checkpoint, once, with the right cause; a
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 from conftest import run_cli, sbatch_plain, slurm_submit
 
-from slurmkit.core.release import ENV_OFF, epoch
+from slurmkit.core.release import ENV_OFF, ENV_PARTITION, epoch
 from slurmkit.sweepstate import collect
 
 pytestmark = pytest.mark.cluster
@@ -106,6 +107,29 @@ def test_a_requeue_signal_is_released_in_place(slurm_cluster, tmp_path):
     slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
     wait_for("the trial to end", lambda: ended(root), timeout=120)
     assert_released_once(root, "preemption", "USR2")
+
+
+def test_the_releaser_runs_in_the_partition_the_user_names(slurm_cluster, tmp_path, monkeypatch):
+    """SLURMKIT_RELEASE_PARTITION in the environment the sweep is submitted from: the trial runs
+    in the default partition (low), its releaser in the one named (high), and releases it."""
+    monkeypatch.setenv(ENV_PARTITION, "high")
+    result = slurm_submit(tmp_path, spec(tmp_path, "relpart", 20))
+    root = result["sweep_dir"]
+    wait_for("the first step", lambda: events(root))
+    first = status(root)["attempts"][0]
+    ref = f"{first['array_job_id']}_{first['array_task_id']}"
+    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    wait_for("the trial to end", lambda: ended(root), timeout=120)
+    assert_released_once(root, "preemption", "USR2")
+    (job,) = slurm_cluster.jobs(first["array_job_id"])
+    every = slurm_cluster.run("scontrol", "show", "job", "-o").stdout.splitlines()
+    releasers = [  # this trial's: submitted after it (the cluster may keep earlier runs')
+        re.search(r" Partition=(\S+)", line)[1]  # type: ignore[index]
+        for line in every
+        if f" JobName={job['JobName']}-release " in line
+        and int(line.split()[0].removeprefix("JobId=")) > int(first["array_job_id"])
+    ]
+    assert job["Partition"] == "low" and releasers == ["high"]
 
 
 def test_a_time_limit_requeue_is_released_in_place(slurm_cluster, tmp_path):

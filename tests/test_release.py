@@ -366,3 +366,40 @@ def test_show_config_text_reads_as_one_dict_for_both_sides():
     got = slurmconf.parse(text)
     assert got["AuthInfo"] == "cred_expire=30" and got["MaxArraySize"] == "1001"
     assert hold_seconds(got)[0] == 31 and len(got) == 2
+
+
+def test_the_releaser_goes_to_the_partition_the_user_names(tmp_path):
+    """SLURMKIT_RELEASE_PARTITION (a GPU partition that takes no 1-CPU job): the releaser asks
+    for that partition; the job's account and qos stay."""
+    log, bin_dir = tmp_path / "argv", tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\necho 43\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "12",
+        "SLURM_JOB_NAME": "lr",
+        "SLURM_JOB_PARTITION": "gpu",
+        "SLURM_JOB_ACCOUNT": "team",
+        "SLURMKIT_RELEASE_PARTITION": "cpu,debug",
+    }
+    assert releaser.submit("/s/release-1.json", "/s/release-1.out", env=env) == "43"
+    argv = log.read_text().splitlines()
+    assert "--partition=cpu,debug" in argv and "--account=team" in argv
+    assert not any(a.startswith("--partition=gpu") for a in argv)
+    assert releaser.where({**env, "SLURMKIT_RELEASE_PARTITION": ""})["partition"] == "gpu"
+
+
+def test_a_refused_releaser_says_the_job_waits_and_how_to_send_it_elsewhere(tmp_path, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Requested node "
+        "configuration is not available' >&2\nexit 1\n"
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "lr"}
+    assert releaser.submit("/s/release-1.json", "/s/release-1.out", env=env) is None
+    err = capsys.readouterr().err
+    assert "no releaser for job 12: sbatch: error: Batch job submission failed" in err
+    assert "requeue hold" in err and "SLURMKIT_RELEASE_PARTITION=PARTITION" in err

@@ -28,6 +28,9 @@ GAP = 2
 SLACK = 1
 # The environment variable that turns every releaser off (a cluster where it must not run).
 ENV_OFF = "SLURMKIT_NO_RELEASE"
+# The partition(s) of the releaser job (default: its job's), for a partition that takes no
+# 1-CPU job (one that asks for GPUs, or gives out whole nodes).
+ENV_PARTITION = "SLURMKIT_RELEASE_PARTITION"
 
 
 @dataclass(frozen=True)

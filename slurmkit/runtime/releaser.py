@@ -30,7 +30,15 @@ from dataclasses import replace
 
 from ..core import badnodes, slurmconf
 from ..core.fsutil import atomic_write_json
-from ..core.release import ENV_OFF, Held, from_scontrol, hold_seconds, releasable, start_time
+from ..core.release import (
+    ENV_OFF,
+    ENV_PARTITION,
+    Held,
+    from_scontrol,
+    hold_seconds,
+    releasable,
+    start_time,
+)
 from . import requeue
 
 # Seconds between looks at the job while its requeue has not landed yet.
@@ -106,7 +114,7 @@ def submit(
         "--no-requeue",
         f"--output={log}",
         "--open-mode=append",
-        *(f"--{o}={env[v]}" for o, v in _SAME if env.get(v)),
+        *(f"--{o}={v}" for o, v in where(env).items()),
         f"--wrap={command(job, restarts, record, sweep, trial)}",
     ]
     try:
@@ -116,7 +124,12 @@ def submit(
         return None
     if proc.returncode != 0:
         why = proc.stderr.strip().splitlines()[-1:] or [f"sbatch exited {proc.returncode}"]
-        print(f"slurmkit: no releaser for job {job}: {why[0]}", file=sys.stderr)
+        print(
+            f"slurmkit: no releaser for job {job}: {why[0]} (it waits out Slurm's requeue hold; "
+            f"{ENV_PARTITION}=PARTITION in the environment you submit from sends releasers, "
+            "1 CPU for a few minutes, to a partition that takes them)",
+            file=sys.stderr,
+        )
         return None
     return proc.stdout.strip().split(";")[0]
 
@@ -127,6 +140,15 @@ _SAME = (
     ("account", "SLURM_JOB_ACCOUNT"),
     ("qos", "SLURM_JOB_QOS"),
 )
+
+
+def where(env: Mapping[str, str]) -> dict[str, str]:
+    """The releaser's ``partition``, ``account`` and ``qos``: its job's, the partition
+    ``SLURMKIT_RELEASE_PARTITION`` where that is set."""
+    out = {option: env[var] for option, var in _SAME if env.get(var)}
+    if env.get(ENV_PARTITION):
+        out["partition"] = env[ENV_PARTITION]
+    return out
 
 
 def show_job(job: str) -> dict[str, str]:
