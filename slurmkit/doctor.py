@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .core import badnodes, fsutil
-from .core.release import GAP, hold_seconds, newer
-from .runtime.releaser import off
+from .core.release import ENV_PARTITION, GAP, hold_seconds, newer
+from .runtime.releaser import off, shape
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 # How far back doctor looks for the nodes your sweeps blamed (seconds).
@@ -59,9 +59,19 @@ class Facts:
     nodes: dict[str, Any] | None = None  # what the tiny job saw (with --nodes)
     conf_missing: str | None = None  # SLURM_CONF names a file that is not there
     suspects: list[dict[str, Any]] = field(default_factory=list)  # nodes your sweeps blamed
+    # sbatch --test-only of a releaser job: its exit code and the last line it said
+    releaser: tuple[int, str] | None = None
 
 
 TOOLS = ("sbatch", "squeue", "scontrol", "scancel", "sacct", "sinfo", "srun")
+
+
+def _releaser_shape(partition: str | None) -> list[str]:
+    """The releaser job's options as a job in ``partition`` (doctor's ``--partition``; the
+    default partition when None) would submit it (runtime/releaser.py)."""
+    return shape(
+        {"SLURM_JOB_PARTITION": partition or "", ENV_PARTITION: os.environ.get(ENV_PARTITION, "")}
+    )
 
 
 def _run(argv: Sequence[str], timeout: float = 20) -> subprocess.CompletedProcess[str] | None:
@@ -95,6 +105,7 @@ def gather(output_root: str = "runs", nodes: int = 0, partition: str | None = No
         "partitions": ["sinfo", "--noheader", "--format=%R|%G|%a"],
         "srun": ["srun", "--help"],
         "sacct": ["sacct", "--noheader", "-X", "--starttime=now-1minutes", "--format=JobID"],
+        "releaser": ["sbatch", "--test-only", *_releaser_shape(partition), "--wrap=true"],
     }
     started = {
         k: subprocess.Popen(v, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -108,11 +119,11 @@ def gather(output_root: str = "runs", nodes: int = 0, partition: str | None = No
     out = {}
     for key, proc in started.items():
         try:
-            stdout, _ = proc.communicate(timeout=30)
+            stdout, stderr = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            stdout = ""
-        out[key] = (proc.returncode, stdout)
+            stdout = stderr = ""
+        out[key] = (proc.returncode, stdout, stderr)
     if out.get("version", (1, ""))[0] == 0:
         facts.version = out["version"][1].strip()
     if out.get("ping", (1, ""))[0] == 0:
@@ -122,6 +133,9 @@ def gather(output_root: str = "runs", nodes: int = 0, partition: str | None = No
         facts.partitions = sorted({(r[0], r[1], r[2]) for r in rows if len(r) == 3})
     facts.srun_help = out.get("srun", (1, ""))[1]
     facts.sacct = out["sacct"][0] == 0 if "sacct" in out else None
+    if "releaser" in out:  # sbatch --test-only says what it would do on stderr
+        rc, _, said = out["releaser"]
+        facts.releaser = (rc, (said.strip().splitlines() or [""])[-1])
     if "slurmdbd" in facts.config.get("AccountingStorageType", ""):
         from .backends.slurm import headroom
 
@@ -220,6 +234,8 @@ def checks(f: Facts) -> list[Check]:
         return out + _local_checks(f)
     out += _cluster_checks(f)
     out += [_preemption(f.config), _requeue(f.config), requeue_hold(f.config, f.version)]
+    if f.releaser is not None:
+        out.append(releaser_job(f.releaser))
     out += [_accounting(f), _pyxis(f.srun_help)]
     if f.nodes is not None:
         out += _node_checks(f.nodes)
@@ -352,6 +368,25 @@ def requeue_hold(c: dict[str, str], version: str | None) -> Check:
         OK,
         f"a requeued job waits {hold} s before it may start again ({why}){released}",
         fix if hold > 10 else "",
+    )
+
+
+def releaser_job(test: tuple[int, str]) -> Check:
+    """Whether sbatch takes the releaser (1 CPU, a few minutes) that starts a requeued job again
+    within seconds; where it refuses, requeued jobs wait out Slurm's hold."""
+    code, said = test
+    if code == 0 or off():
+        why = "off (SLURMKIT_NO_RELEASE)" if off() else "sbatch takes it"
+        return Check("releaser", OK, f"the releaser job of a requeue (1 CPU, minutes): {why}")
+    where = os.environ.get(ENV_PARTITION)
+    return Check(
+        "releaser",
+        WARN,
+        "sbatch refuses the releaser job of a requeue (1 CPU, minutes"
+        + (f", {ENV_PARTITION}={where}" if where else "")
+        + f"): {said or f'exit {code}'}; requeued jobs wait out Slurm's hold",
+        f"set {ENV_PARTITION}=PARTITION (one that takes 1-CPU jobs) in the environment you "
+        "submit from",
     )
 
 

@@ -32,6 +32,7 @@ HEALTHY = Facts(
     sacct=True,
     output_writable=True,
     user_config=os.devnull,
+    releaser=(0, "sbatch: Job 9 to start at 2026-12-05T12:00:00 using 1 processors on nodes n1"),
 )
 
 
@@ -69,6 +70,12 @@ def test_a_healthy_cluster_is_all_ok():
         ({"output_writable": False}, "output_root", FAIL, "not writable"),
         ({"user_config_error": "bad YAML"}, "user config", FAIL, "bad YAML"),
         ({"profile": "sunk"}, "user config", OK, "profile sunk"),
+        (
+            {"releaser": (1, "sbatch: error: Batch job submission failed: Invalid partition")},
+            "releaser",
+            WARN,
+            "SLURMKIT_RELEASE_PARTITION=PARTITION",
+        ),
         (
             {"submit_limit": "50 jobs (QOS normal MaxSubmitJobsPerUser); 3 queued now"},
             "limits",
@@ -136,6 +143,10 @@ def test_doctor_on_the_test_cluster(slurm_cluster, tmp_path):
         assert found[name]["level"] == "ok", found[name]
     assert found["GRES"]["detail"] == "gpu:4" and "no pyxis" in found["pyxis"]["detail"]
     assert "waits 121 s" in found["requeue hold"]["detail"]  # 22.05, cred_expire's default
+    assert found["releaser"]["level"] == "ok", found["releaser"]
+    elsewhere = run_cli("doctor", "--json", env={"SLURMKIT_RELEASE_PARTITION": "nope"})
+    got = {c["name"]: c for c in json.loads(elsewhere.stdout)["checks"]}["releaser"]
+    assert got["level"] == "warn" and "Invalid partition" in got["detail"], got
     assert not list((tmp_path / "runs").glob(".slurmkit-doctor-*"))  # its tokens are gone
     people = run_cli("doctor", "--output-root", "/proc/nope")
     assert people.returncode == 1 and "not writable" in people.stdout

@@ -107,14 +107,9 @@ def submit(
         "sbatch",
         "--parsable",
         f"--job-name={name}-release",
-        "--ntasks=1",
-        "--cpus-per-task=1",
-        "--mem=256M",
-        f"--time={TIME_LIMIT}",
-        "--no-requeue",
+        *shape(env),
         f"--output={log}",
         "--open-mode=append",
-        *(f"--{o}={v}" for o, v in where(env).items()),
         f"--wrap={command(job, restarts, record, sweep, trial)}",
     ]
     try:
@@ -140,6 +135,19 @@ _SAME = (
     ("account", "SLURM_JOB_ACCOUNT"),
     ("qos", "SLURM_JOB_QOS"),
 )
+
+
+def shape(env: Mapping[str, str]) -> list[str]:
+    """The releaser job's sbatch options of size and place (``doctor`` tries them with
+    ``--test-only``): 1 CPU, :data:`TIME_LIMIT` minutes, never requeued, :func:`where`."""
+    return [
+        "--ntasks=1",
+        "--cpus-per-task=1",
+        "--mem=256M",
+        f"--time={TIME_LIMIT}",
+        "--no-requeue",
+        *(f"--{option}={value}" for option, value in where(env).items()),
+    ]
 
 
 def where(env: Mapping[str, str]) -> dict[str, str]:
