@@ -45,6 +45,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from asha_replay import trials  # noqa: E402  (beside this file: each trial's reports and attempts)
+
 import slurmkit  # noqa: E402
 
 EPOCHS = 27
@@ -105,16 +107,14 @@ def run(body: str, where: Path, max_parallel: int) -> dict[str, Any]:
     sw = slurmkit.Sweep.load(str(spec)).submit(backend="local", progress=False)
     wall = time.monotonic() - began
     root = Path(sw.sweep_dir)
+    params = {row["id"]: json.dumps(row["params"], sort_keys=True) for row in sw.trials}
     epochs, run_s, finals = 0, 0.0, {}
-    for row in sw.trials:
-        trial = root / "trials" / row["id"]
-        lines = [json.loads(x) for x in (trial / "metrics.jsonl").read_text().splitlines()]
-        curve = {x["step"]: x["val_loss"] for x in lines if "val_loss" in x}
+    for tid, rows, attempts in trials(root):
+        curve = {x["step"]: x["val_loss"] for x in rows}
         epochs += max(curve, default=0)
         if EPOCHS in curve:
-            finals[json.dumps(row["params"], sort_keys=True)] = curve[EPOCHS]
-        status = json.loads((trial / "status.json").read_text())
-        run_s += sum(a["end"] - a["start"] for a in status["attempts"])
+            finals[params[tid]] = curve[EPOCHS]
+        run_s += sum(a["end"] - a["start"] for a in attempts)
     best = min(finals, key=finals.__getitem__)
     return {
         "counts": sw.status().counts,

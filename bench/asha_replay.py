@@ -43,15 +43,22 @@ class Curve:
     epoch: float  # seconds per resource unit
 
 
-def curves(sweep: Path) -> list[Curve]:
-    """Every trial's curve and timing, in the sweep's order (trials.jsonl)."""
+def trials(sweep: Path) -> list[tuple[str, list[dict], list[dict]]]:
+    """Each trial's id, its reports of the metric and its attempts, in the sweep's order."""
     out = []
     for line in (sweep / "trials.jsonl").read_text().splitlines():
         tid = json.loads(line)["id"]
         here = sweep / "trials" / tid
         rows = [json.loads(x) for x in (here / "metrics.jsonl").read_text().splitlines()]
-        rows = [r for r in rows if METRIC in r]
-        (attempt,) = json.loads((here / "status.json").read_text())["attempts"]
+        attempts = json.loads((here / "status.json").read_text())["attempts"]
+        out.append((tid, [r for r in rows if METRIC in r], attempts))
+    return out
+
+
+def curves(sweep: Path) -> list[Curve]:
+    """Every trial's curve and timing (one attempt each: a grid run to the end)."""
+    out = []
+    for tid, rows, (attempt,) in trials(sweep):
         epoch = (rows[-1]["time"] - rows[0]["time"]) / max(1, rows[-1]["step"] - rows[0]["step"])
         values = {r["step"]: r[METRIC] for r in rows}
         run_s = attempt["end"] - attempt["start"]
@@ -108,14 +115,10 @@ def replay(cs: list[Curve], s: search.Search, slots: int, order: list[int]) -> O
 
 def real_run(sweep: Path) -> Outcome:
     """A finished sweep's trial-epochs, run time and the trials that reached its last step."""
-    runs = []
-    for line in (sweep / "trials.jsonl").read_text().splitlines():
-        tid = json.loads(line)["id"]
-        here = sweep / "trials" / tid
-        rows = [json.loads(x) for x in (here / "metrics.jsonl").read_text().splitlines()]
-        status = json.loads((here / "status.json").read_text())
-        curve = {r["step"]: r[METRIC] for r in rows if METRIC in r}
-        runs.append((tid, curve, sum(a["end"] - a["start"] for a in status["attempts"])))
+    runs = [
+        (tid, {r["step"]: r[METRIC] for r in rows}, sum(a["end"] - a["start"] for a in attempts))
+        for tid, rows, attempts in trials(sweep)
+    ]
     last = max(max(curve) for _, curve, _ in runs)
     return Outcome(
         sum(max(curve) for _, curve, _ in runs),

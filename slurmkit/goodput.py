@@ -73,7 +73,7 @@ def first_step(
 ) -> float | None:
     """When an attempt's first step came: its record's ``first_progress``, else the first of
     the trial's ``reports`` (metric times) inside it; None when neither says."""
-    recorded = _number((record or {}).get("first_progress"))
+    recorded = number((record or {}).get("first_progress"))
     if recorded is not None:
         return recorded
     return min((t for t in reports if start <= t < stop + 1), default=None)
@@ -84,9 +84,9 @@ def hang_start(record: dict[str, Any] | None, cause: str | None) -> float | None
     ``last_progress`` when the attempt ended for ``hang``; None for no hang (or unknown)."""
     record = record or {}
     hang = record.get("hang")
-    found = _number(hang.get("last_progress")) if isinstance(hang, dict) else None
+    found = number(hang.get("last_progress")) if isinstance(hang, dict) else None
     if found is None and cause == "hang":
-        found = _number(record.get("last_progress"))
+        found = number(record.get("last_progress"))
     return found
 
 
@@ -171,7 +171,8 @@ def ratio(part: float, whole: float) -> float | None:
     return part / whole if whole > 0 else None
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A recorded number as a float; None for anything else (a bool too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)

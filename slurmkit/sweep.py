@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import backends, render, searchview, store
+from . import backends, render, store
 from . import plan as plans
 from . import spec as spec_mod
 from .backends.base import Backend, Progress, Submission
@@ -137,15 +137,17 @@ def _resume(
     on_done: Progress | None,
     on_target: OnTarget | None,
     lock: Lock,
-    unprune: bool = False,
+    unprune: bool,
 ) -> Submission:
     """:func:`resume` with the sweep's lock held (not for a dry run)."""
-    from .sweepstate import collect  # ~1 ms: only a resume reads the sweep's state
+    from . import searchview  # only a resume unprunes (sweepstate imports it too)
+    from .sweepstate import collect
 
     current = collect(sweep.root, with_metrics=False, fresh=True)  # no cached answer
     done = {states.COMPLETED} if unprune else {states.COMPLETED, states.PRUNED}
-    todo = [t.index for t in current.trials if t.state not in done | states.ACTIVE]
-    pruned = [t.id for t in current.trials if unprune and t.state == states.PRUNED]
+    skip = done | states.ACTIVE
+    todo = [t.index for t in current.trials if t.state not in skip]
+    pruned = [t.id for t in current.trials if t.state == states.PRUNED] if unprune else []
     target = choose_backend(backend or backends.for_resume(store.submissions(sweep)))
     if todo and not dry_run:
         target.check(spec, len(todo))

@@ -15,6 +15,7 @@ from typing import Any
 from . import goodput
 from .accounting import Row
 from .core import states
+from .goodput import number
 
 # Why an attempt stopped: the runtime's causes (runtime/requeue.py) and a user's cancel.
 CAUSES = (
@@ -297,13 +298,6 @@ def _begin(row: Row | None, rec: dict[str, Any] | None) -> float:
     if row is not None and row.start is not None:
         return row.start
     return number(rec.get("start") if rec else None) or 0.0
-
-
-def number(value: Any) -> float | None:
-    """A recorded number as a float; None for anything else (a bool too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
 
 
 def _count(value: Any) -> int:

@@ -80,6 +80,11 @@ def ended(root: str) -> bool:
     return status(root).get("state") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
+def task_ref(attempt: dict) -> str:
+    """The attempt's task as Slurm names it: ``ARRAYJOB_TASK``."""
+    return f"{attempt['array_job_id']}_{attempt['array_task_id']}"
+
+
 def assert_released_once(root: str, cause: str, signal: str) -> None:
     """Two attempts, the first stopped for ``cause``; the second resumed from its checkpoint;
     the hold was released in place by the releaser job, before it would have ended."""
@@ -93,18 +98,23 @@ def assert_released_once(root: str, cause: str, signal: str) -> None:
     assert [e["step"] for e in evs if e["ev"] == "step"] == [0, stop["step"]]  # resumed once
     record = json.loads((trial(root) / "release-1.json").read_text())
     assert record["by"] == "job"
-    assert record["job"] == f"{first['array_job_id']}_{first['array_task_id']}"
+    assert record["job"] == task_ref(first)
     assert record["released_at"] < record["held_until"]  # the hold was cut short
     assert second["start"] > record["released_at"]
 
 
-def test_a_requeue_signal_is_released_in_place(slurm_cluster, tmp_path):
-    result = slurm_submit(tmp_path, spec(tmp_path, "relsig", 20))
-    root = result["sweep_dir"]
+def signalled(slurm_cluster, tmp_path: Path, name: str, steps: int) -> tuple[str, dict]:
+    """A sweep of one trial submitted, sent the requeue signal (USR2) once it stepped: its
+    root and its first attempt's record."""
+    root = slurm_submit(tmp_path, spec(tmp_path, name, steps))["sweep_dir"]
     wait_for("the first step", lambda: events(root))
     first = status(root)["attempts"][0]
-    ref = f"{first['array_job_id']}_{first['array_task_id']}"
-    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    slurm_cluster.run("scancel", "--batch", "--signal=USR2", task_ref(first))
+    return root, first
+
+
+def test_a_requeue_signal_is_released_in_place(slurm_cluster, tmp_path):
+    root, _ = signalled(slurm_cluster, tmp_path, "relsig", 20)
     wait_for("the trial to end", lambda: ended(root), timeout=120)
     assert_released_once(root, "preemption", "USR2")
 
@@ -113,12 +123,7 @@ def test_the_releaser_runs_in_the_partition_the_user_names(slurm_cluster, tmp_pa
     """SLURMKIT_RELEASE_PARTITION in the environment the sweep is submitted from: the trial runs
     in the default partition (low), its releaser in the one named (high), and releases it."""
     monkeypatch.setenv(ENV_PARTITION, "high")
-    result = slurm_submit(tmp_path, spec(tmp_path, "relpart", 20))
-    root = result["sweep_dir"]
-    wait_for("the first step", lambda: events(root))
-    first = status(root)["attempts"][0]
-    ref = f"{first['array_job_id']}_{first['array_task_id']}"
-    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    root, first = signalled(slurm_cluster, tmp_path, "relpart", 20)
     wait_for("the trial to end", lambda: ended(root), timeout=120)
     assert_released_once(root, "preemption", "USR2")
     (job,) = slurm_cluster.jobs(first["array_job_id"])
@@ -145,12 +150,8 @@ def test_a_time_limit_requeue_is_released_in_place(slurm_cluster, tmp_path):
 def test_a_cancel_as_the_released_attempt_starts_sticks(slurm_cluster, tmp_path):
     """``scancel`` the moment Slurm runs the released task again (its runtime starting, or not
     yet started): the task stays CANCELLED, never requeued nor released again."""
-    result = slurm_submit(tmp_path, spec(tmp_path, "relcancel", 3000))
-    root = result["sweep_dir"]
-    wait_for("the first step", lambda: events(root))
-    first = status(root)["attempts"][0]
-    ref = f"{first['array_job_id']}_{first['array_task_id']}"
-    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    root, first = signalled(slurm_cluster, tmp_path, "relcancel", 3000)
+    ref = task_ref(first)
 
     def started_again() -> bool:
         [job] = slurm_cluster.jobs(ref)
@@ -170,12 +171,8 @@ def test_a_cancel_as_the_released_attempt_starts_sticks(slurm_cluster, tmp_path)
 
 
 def test_a_users_start_time_is_left_alone(slurm_cluster, tmp_path):
-    result = slurm_submit(tmp_path, spec(tmp_path, "relbegin", 3000))
-    root = result["sweep_dir"]
-    wait_for("the first step", lambda: events(root))
-    first = status(root)["attempts"][0]
-    ref = f"{first['array_job_id']}_{first['array_task_id']}"
-    slurm_cluster.run("scancel", "--batch", "--signal=USR2", ref)
+    root, first = signalled(slurm_cluster, tmp_path, "relbegin", 3000)
+    ref = task_ref(first)
 
     def held() -> bool:
         [job] = slurm_cluster.jobs(ref)
@@ -200,7 +197,7 @@ def test_a_watcher_releases_a_requeue_slurm_made(slurm_cluster, tmp_path, monkey
     root = result["sweep_dir"]
     wait_for("the first step", lambda: events(root))
     first = status(root)["attempts"][0]
-    slurm_cluster.run("scontrol", "requeue", f"{first['array_job_id']}_{first['array_task_id']}")
+    slurm_cluster.run("scontrol", "requeue", task_ref(first))
     watch = run_cli("status", root, "--watch", "--interval", "1", timeout=100)
     assert watch.returncode == 0, watch.stderr
     st = status(root)

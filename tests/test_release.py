@@ -325,15 +325,19 @@ def test_the_runtime_submits_a_releaser_for_its_own_requeue_only(tmp_path, spec_
     assert run.wait() == 76 and len(asked) == 1
 
 
-def test_the_releaser_job_asks_for_little_and_is_never_requeued(tmp_path, monkeypatch):
-    log, bin_dir = tmp_path / "argv", tmp_path / "bin"
+def fake_sbatch(tmp_path, body: str) -> str:
+    """A PATH whose ``sbatch`` is the shell script ``body`` (after ``#!/bin/sh``)."""
+    bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(
-        f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\nenv >> {log}\necho 42\n'
-    )
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\n{body}")
     (bin_dir / "sbatch").chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+def test_the_releaser_job_asks_for_little_and_is_never_requeued(tmp_path, monkeypatch):
+    log = tmp_path / "argv"
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "PATH": fake_sbatch(tmp_path, f'printf "%s\\n" "$@" > {log}\nenv >> {log}\necho 42\n'),
         "SLURM_JOB_ID": "12",
         "SLURM_ARRAY_JOB_ID": "7",
         "SLURM_ARRAY_TASK_ID": "3",
@@ -371,12 +375,9 @@ def test_show_config_text_reads_as_one_dict_for_both_sides():
 def test_the_releaser_goes_to_the_partition_the_user_names(tmp_path):
     """SLURMKIT_RELEASE_PARTITION (a GPU partition that takes no 1-CPU job): the releaser asks
     for that partition; the job's account and qos stay."""
-    log, bin_dir = tmp_path / "argv", tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {log}\necho 43\n')
-    (bin_dir / "sbatch").chmod(0o755)
+    log = tmp_path / "argv"
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "PATH": fake_sbatch(tmp_path, f'printf "%s\\n" "$@" > {log}\necho 43\n'),
         "SLURM_JOB_ID": "12",
         "SLURM_JOB_NAME": "lr",
         "SLURM_JOB_PARTITION": "gpu",
@@ -391,14 +392,11 @@ def test_the_releaser_goes_to_the_partition_the_user_names(tmp_path):
 
 
 def test_a_refused_releaser_says_the_job_waits_and_how_to_send_it_elsewhere(tmp_path, capsys):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(
-        "#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Requested node "
-        "configuration is not available' >&2\nexit 1\n"
+    refuse = (
+        "echo 'sbatch: error: Batch job submission failed: Requested node configuration is not "
+        "available' >&2\nexit 1\n"
     )
-    (bin_dir / "sbatch").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "lr"}
+    env = {"PATH": fake_sbatch(tmp_path, refuse), "SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "lr"}
     assert releaser.submit("/s/release-1.json", "/s/release-1.out", env=env) is None
     err = capsys.readouterr().err
     assert "no releaser for job 12: sbatch: error: Batch job submission failed" in err

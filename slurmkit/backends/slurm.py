@@ -100,6 +100,7 @@ class SlurmBackend(Backend):
                 if text is not None:
                     staged.append(sbatch(data.write_stage_script(sweep, number, text)))
                     result.scripts.append(text)
+            exclude = exclude_option(sweep.root, plan.spec.resources.extra)  # for every chunk
             for c, (chunk, text) in enumerate(scripts):
                 path = store.write_script(sweep, number, c, text)
                 after = [f"afterok:{job}" for job in staged]
@@ -110,7 +111,7 @@ class SlurmBackend(Backend):
                         "job_id": sbatch(
                             path,
                             dependency=",".join(after) or None,
-                            options=exclude_option(sweep.root, plan.spec.resources.extra),
+                            options=exclude,
                         ),
                         "offset": chunk.offset,
                         "array": chunk.array_spec(),

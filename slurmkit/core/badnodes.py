@@ -130,12 +130,12 @@ def tally(records: Sequence[dict[str, Any]]) -> list[Suspect]:
             s.last, s.evidence = when, str(rec.get("evidence") or "")
             if rec.get("trial") and rec["trial"] not in s.trials:
                 s.trials.append(str(rec["trial"]))
+    ranked = sorted(found.values(), key=lambda s: (-s.failures, s.first, s.node))
     after = _exclude_after(records)
     if after:
-        ranked = sorted(found.values(), key=lambda s: (-s.failures, s.first, s.node))
         for s in [s for s in ranked if s.failures >= after][: limit(records)]:
             s.excluded = True
-    return sorted(found.values(), key=lambda s: (-s.failures, s.first, s.node))
+    return ranked
 
 
 def _exclude_after(records: Sequence[dict[str, Any]]) -> int:

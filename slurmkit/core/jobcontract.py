@@ -184,15 +184,17 @@ def _node_fault(raw: Any, source: str) -> dict[str, Any]:
     """``requeue.node_fault``: ``patterns`` (strings) and ``exit_codes`` (integers)."""
     if not raw:
         return {}
-    patterns = raw.get("patterns") or [] if isinstance(raw, dict) else None
-    codes = raw.get("exit_codes") or [] if isinstance(raw, dict) else None
+    wrong = Damaged(source, "requeue.node_fault: expected {patterns: [str], exit_codes: [int]}")
+    if not isinstance(raw, dict):
+        raise wrong
+    patterns, codes = raw.get("patterns") or [], raw.get("exit_codes") or []
     if not (
         isinstance(patterns, list)
         and isinstance(codes, list)
         and all(isinstance(p, str) for p in patterns)
         and all(isinstance(c, int) and not isinstance(c, bool) for c in codes)
     ):
-        raise Damaged(source, "requeue.node_fault: expected {patterns: [str], exit_codes: [int]}")
+        raise wrong
     return {"patterns": patterns, "exit_codes": codes}
 
 

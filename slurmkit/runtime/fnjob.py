@@ -301,8 +301,9 @@ class Supervisor(Attempt):
                     states.FAILED, 1, None, "the step exited 0 without a result"
                 )
             else:
-                no_start = not self.signals and requeue.container_failed(self.tail())
-                self.attribute(step_code, self.tail())  # its node's failure: cause `node`
+                tail = self.tail()
+                no_start = not self.signals and requeue.container_failed(tail)
+                self.attribute(step_code, tail)  # its node's failure: cause `node`
                 earlier = self.record["attempts"][:-1]
                 outcome, by_slurm = self.outcome(step_code, no_start, earlier)
             if outcome.state != states.REQUEUED:

@@ -166,22 +166,15 @@ def show_job(job: str) -> dict[str, str]:
 
 def update(args: Sequence[str]) -> bool:
     """``scontrol update ARGS``; whether it took."""
-    proc = _scontrol("update", *args)
+    proc = requeue.scontrol("update", *args)
     return proc is not None and proc.returncode == 0
 
 
 def cluster_hold() -> int:
     """The cluster's requeue hold (``scontrol show config``; Slurm's default when unread)."""
-    proc = _scontrol("show", "config")
+    proc = requeue.scontrol("show", "config")
     out = proc.stdout if proc and proc.returncode == 0 else ""
     return hold_seconds(slurmconf.parse(out))[0]
-
-
-def _scontrol(*args: str) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 def release_args(job: str, start: str, exclude: Sequence[str]) -> list[str]:

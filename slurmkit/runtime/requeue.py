@@ -16,12 +16,12 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ..core import slurmtime, states
 from ..core.contract import CANCELLED_EXIT, REQUEUE_EXIT
 from ..core.jobcontract import DEFAULT_BUDGETS
+from ..core.release import epoch
 
 # What classify() looked at, kept in each attempt's record.
 EVIDENCE = ("JobState", "Reason", "Restarts", "NodeState", "PreemptTime", "EndTime", "RunTime")
@@ -46,15 +46,18 @@ class Outcome:
     reason: str = ""
 
 
+def scontrol(*args: str) -> subprocess.CompletedProcess[str] | None:
+    """``scontrol ARGS`` run (20 s at most); None when it could not run or timed out."""
+    try:
+        return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def show(kind: str, name: str) -> dict[str, str]:
     """``scontrol show KIND -o NAME`` as a dict ({} when unknown, or scontrol fails)."""
-    try:
-        proc = subprocess.run(
-            ["scontrol", "show", kind, "-o", name], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    line = proc.stdout.splitlines()[0] if proc.returncode == 0 and proc.stdout else ""
+    proc = scontrol("show", kind, "-o", name)
+    line = proc.stdout.splitlines()[0] if proc and proc.returncode == 0 and proc.stdout else ""
     return dict(re.findall(r"(\w+)=(\S*)", line))
 
 
@@ -65,13 +68,6 @@ def job_info(job_id: str, node: str) -> dict[str, str]:
     if info:
         info["NodeState"] = show("node", node).get("State", "")
     return info
-
-
-def _epoch(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
 
 
 def _seconds(text: str) -> int | None:
@@ -113,7 +109,7 @@ def classify(
         return "node_failure" if state == states.SLURM_PENDING else "preemption"
     limit, ran = _seconds(info.get("TimeLimit", "")), _seconds(info.get("RunTime", ""))
     if requeue_signal in signals:
-        end = _epoch(info.get("EndTime", ""))
+        end = epoch(info.get("EndTime", ""))
         if end is not None and end - (now or time.time()) <= lead + TIMEOUT_SLACK:
             return "timeout"
         return "preemption"  # asked to checkpoint and requeue (scancel --batch --signal)

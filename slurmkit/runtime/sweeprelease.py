@@ -73,11 +73,11 @@ def release(
     done = []
     for row in rows:
         now_s = time.time() if now is None else now
-        trial = trial_of(row.job)
+        start = plan([row], hold_s, now_s).get(row.job)  # first: it reads no file
+        trial = trial_of(row.job) if start is not None else None
         last = last_attempt(sweep, trial) if trial else None
-        start = plan([row], hold_s, now_s).get(row.job)
         if trial is None or last is None or start is None:
-            continue  # not a trial of this sweep that ran, or not (or not yet) releasable
+            continue  # not (or not yet) releasable, or not a trial of this sweep that ran
         avoid = stranded(last)
         if avoid is None or now_s < float(last.get("end") or 0) + GAP:
             continue

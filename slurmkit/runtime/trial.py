@@ -412,13 +412,11 @@ class TrialRun(Attempt):
             code = REQUEUE_EXIT if code != 0 else code
             with contextlib.suppress(OSError):
                 os.remove(mark)
+        tail = self._output_tail()
         no_start = bool(
-            code
-            and not self.signals
-            and self.config.container
-            and requeue.container_failed(self._output_tail())
+            code and not self.signals and self.config.container and requeue.container_failed(tail)
         )
-        if self.attribute(code, self._output_tail()):
+        if self.attribute(code, tail):
             self.blame = nodefault.unless_widespread(self.sweep.root, self.blame)
         outcome, by_slurm = self.outcome(code, no_start, self.status["attempts"][:-1])
         if self._pruned():  # report() raised Pruned: the trial ends well, whatever came after
